@@ -1,0 +1,1 @@
+//! admin (under construction)

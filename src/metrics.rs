@@ -1,0 +1,208 @@
+//! Every Prometheus metric family of the process, registered once in one registry.
+//!
+//! Names are public (DESIGN.md "Admin and metrics"): all carry the `ironic_proxy_` prefix, which
+//! the registry adds. Modules receive a cheap clone of [`Metrics`] and record into it; the admin
+//! listener encodes the registry in the Prometheus text format.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// Labels for per-listener request counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub listener: String,
+    /// `1xx` .. `5xx`.
+    pub class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandshakeLabels {
+    pub listener: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub upstream: String,
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    pub upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// What was reloaded: `certificate`, `trust`, `issuer`.
+    pub what: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerTlsLabels {
+    pub upstream: String,
+    pub reason: &'static str,
+}
+
+/// All metric handles. Cloning is cheap (every handle is an `Arc` inside).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_duration: Family<ListenerLabels, Histogram>,
+    pub active_connections: Family<ListenerLabels, Gauge>,
+    pub rejected_connections: Family<ListenerLabels, Counter>,
+    pub tls_handshake_failures: Family<HandshakeLabels, Counter>,
+    pub upstream_endpoints: Family<EndpointLabels, Gauge>,
+    pub upstream_retries: Family<UpstreamLabels, Counter>,
+    pub peer_tls_failures: Family<PeerTlsLabels, Counter>,
+    pub certificate_expiry: Gauge,
+    pub certificate_renewals: Counter,
+    pub certificate_renewal_failures: Counter,
+    pub reloads: Family<ReloadLabels, Counter>,
+    pub reload_failures: Family<ReloadLabels, Counter>,
+    pub dns_resolutions: Family<UpstreamLabels, Counter>,
+    pub dns_failures: Family<UpstreamLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("ironic_proxy");
+        let requests = Family::default();
+        registry.register("requests", "Requests by listener and status class", requests.clone());
+        let request_duration = Family::<ListenerLabels, Histogram>::new_with_constructor(
+            (|| {
+                Histogram::new(
+                    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                        5.0, 10.0, 30.0, 120.0]
+                    .into_iter(),
+                )
+            }) as fn() -> Histogram,
+        );
+        registry.register_with_unit(
+            "request_duration",
+            "Time from request head to response head",
+            prometheus_client::registry::Unit::Seconds,
+            request_duration.clone(),
+        );
+        let active_connections = Family::default();
+        registry.register(
+            "active_connections",
+            "Open client connections by listener",
+            active_connections.clone(),
+        );
+        let rejected_connections = Family::default();
+        registry.register(
+            "rejected_connections",
+            "Connections closed at once because the listener was at max_connections",
+            rejected_connections.clone(),
+        );
+        let tls_handshake_failures = Family::default();
+        registry.register(
+            "tls_handshake_failures",
+            "Failed TLS handshakes by listener and reason",
+            tls_handshake_failures.clone(),
+        );
+        let upstream_endpoints = Family::default();
+        registry.register(
+            "upstream_endpoints",
+            "Upstream endpoints by state (healthy, unhealthy)",
+            upstream_endpoints.clone(),
+        );
+        let upstream_retries = Family::default();
+        registry.register(
+            "upstream_retries",
+            "Requests retried on another endpoint",
+            upstream_retries.clone(),
+        );
+        let peer_tls_failures = Family::default();
+        registry.register(
+            "peer_tls_failures",
+            "TLS failures when connecting to peers, by reason",
+            peer_tls_failures.clone(),
+        );
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "notAfter of the certificate currently served, as a Unix timestamp",
+            certificate_expiry.clone(),
+        );
+        let certificate_renewals = Counter::default();
+        registry.register(
+            "certificate_renewals",
+            "Self-issued certificate renewals",
+            certificate_renewals.clone(),
+        );
+        let certificate_renewal_failures = Counter::default();
+        registry.register(
+            "certificate_renewal_failures",
+            "Failed self-issued certificate renewals",
+            certificate_renewal_failures.clone(),
+        );
+        let reloads = Family::default();
+        registry.register("reloads", "Successful reloads of files", reloads.clone());
+        let reload_failures = Family::default();
+        registry.register(
+            "reload_failures",
+            "Failed reloads (the last good value is kept)",
+            reload_failures.clone(),
+        );
+        let dns_resolutions = Family::default();
+        registry.register("dns_resolutions", "DNS resolutions", dns_resolutions.clone());
+        let dns_failures = Family::default();
+        registry.register("dns_failures", "Failed DNS resolutions", dns_failures.clone());
+        Self {
+            registry: Arc::new(registry),
+            requests,
+            request_duration,
+            active_connections,
+            rejected_connections,
+            tls_handshake_failures,
+            upstream_endpoints,
+            upstream_retries,
+            peer_tls_failures,
+            certificate_expiry,
+            certificate_renewals,
+            certificate_renewal_failures,
+            reloads,
+            reload_failures,
+            dns_resolutions,
+            dns_failures,
+        }
+    }
+
+    /// The registry in Prometheus text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The status class label for a status code.
+pub fn status_class(status: u16) -> &'static str {
+    match status / 100 {
+        1 => "1xx",
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        _ => "5xx",
+    }
+}

@@ -1,0 +1,1 @@
+//! pki (under construction)
