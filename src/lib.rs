@@ -23,4 +23,5 @@ pub mod metrics;
 pub mod pki;
 pub mod proxy;
 pub mod server;
+pub mod signal;
 pub mod tls;

@@ -1,1 +1,400 @@
-//! listen (under construction)
+//! Accept loops: binding, the per-listener connection limit, TLS handshakes within the head
+//! deadline, serving HTTP/1.1 or HTTP/2 (by ALPN), and graceful drain.
+//!
+//! Shutdown, the one mechanism: the server flips the `shutdown` watch; every accept loop stops
+//! accepting and drops its socket (new connections are refused); every connection task calls
+//! hyper's `graceful_shutdown` (HTTP/1.1 closes after the in-flight response, HTTP/2 sends
+//! GOAWAY); [`Listener::drained`] resolves when every connection permit is back. The server
+//! bounds that wait by `limits.drain_timeout`.
+
+mod conn;
+
+use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
+use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
+use crate::proxy::{ConnInfo, Proxy};
+use crate::tls::{ClientIdentity, ReloadableServer};
+use conn::{Activity, ConnClock};
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{watch, Semaphore};
+use tokio::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("listener {name:?}: cannot bind {addr}: {source}")]
+    Bind {
+        name: String,
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A bound socket.
+pub enum Bound {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Bound {
+    /// The address actually bound (port 0 resolved), as `ListenAddr`.
+    pub fn local_addr(&self) -> ListenAddr {
+        match self {
+            Self::Tcp(l) => l.local_addr().map_or(
+                ListenAddr::Tcp(SocketAddr::from(([0, 0, 0, 0], 0))),
+                ListenAddr::Tcp,
+            ),
+            Self::Unix(_, p) => ListenAddr::Unix(p.clone()),
+        }
+    }
+}
+
+/// Binds a listener address. A stale unix socket file left by an earlier process is replaced.
+pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
+    let err = |source| ListenError::Bind {
+        name: name.to_owned(),
+        addr: addr.to_string(),
+        source,
+    };
+    match addr {
+        ListenAddr::Tcp(sa) => TcpListener::bind(sa).await.map(Bound::Tcp).map_err(err),
+        ListenAddr::Unix(path) => {
+            use std::os::unix::fs::FileTypeExt;
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                let _ = std::fs::remove_file(path);
+            }
+            UnixListener::bind(path)
+                .map(|l| Bound::Unix(l, path.clone()))
+                .map_err(err)
+        }
+    }
+}
+
+/// One listener: its socket, TLS, service and limits.
+pub struct Listener {
+    pub name: String,
+    cfg: ListenerConfig,
+    bound: Bound,
+    tls: Option<Arc<ReloadableServer>>,
+    proxy: Arc<Proxy>,
+    limits: Limits,
+    metrics: Metrics,
+    permits: Arc<Semaphore>,
+}
+
+impl Listener {
+    pub fn new(
+        cfg: ListenerConfig,
+        bound: Bound,
+        tls: Option<Arc<ReloadableServer>>,
+        proxy: Arc<Proxy>,
+        limits: Limits,
+        metrics: Metrics,
+    ) -> Self {
+        let permits = Arc::new(Semaphore::new(limits.max_connections));
+        Self {
+            name: cfg.name.clone(),
+            cfg,
+            bound,
+            tls,
+            proxy,
+            limits,
+            metrics,
+            permits,
+        }
+    }
+
+    /// Resolves when every connection of this listener has closed.
+    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+        let permits = self.permits.clone();
+        let n = u32::try_from(self.limits.max_connections).unwrap_or(u32::MAX);
+        async move {
+            let _ = permits.acquire_many(n).await;
+        }
+    }
+
+    /// Accepts until `shutdown` turns true, then drops the socket.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+        let this = Arc::new(self);
+        let mut stop = shutdown.clone();
+        loop {
+            let accepted = tokio::select! {
+                r = this.accept() => r,
+                _ = stop.wait_for(|s| *s) => break,
+            };
+            let (io, peer) = match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning; the loop never dies.
+                    tracing::warn!(listener = %this.name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = this.permits.clone().try_acquire_owned() else {
+                this.metrics
+                    .rejected_connections
+                    .get_or_create(&ListenerLabels {
+                        listener: this.name.clone(),
+                    })
+                    .inc();
+                drop(io);
+                continue;
+            };
+            let this2 = this.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let gauge = this2
+                    .metrics
+                    .active_connections
+                    .get_or_create(&ListenerLabels {
+                        listener: this2.name.clone(),
+                    })
+                    .clone();
+                gauge.inc();
+                match io {
+                    Stream::Tcp(s) => this2.connection(s, peer, shutdown).await,
+                    Stream::Unix(s) => this2.connection(s, peer, shutdown).await,
+                }
+                gauge.dec();
+                drop(permit);
+            });
+        }
+        if let Bound::Unix(_, path) = &this.bound {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    async fn accept(&self) -> std::io::Result<(Stream, Option<SocketAddr>)> {
+        match &self.bound {
+            Bound::Tcp(l) => {
+                let (s, peer) = l.accept().await?;
+                let _ = s.set_nodelay(true);
+                Ok((Stream::Tcp(s), Some(peer)))
+            }
+            Bound::Unix(l, _) => {
+                let (s, _) = l.accept().await?;
+                Ok((Stream::Unix(s), None))
+            }
+        }
+    }
+
+    async fn connection<S>(&self, io: S, peer: Option<SocketAddr>, shutdown: watch::Receiver<bool>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let accepted = Instant::now();
+        let clock = ConnClock::new(
+            accepted,
+            self.limits.request_head_timeout,
+            self.limits.idle_timeout,
+        );
+        let head_deadline = accepted + self.limits.request_head_timeout;
+        let Some(tls) = &self.tls else {
+            let info = ConnInfo {
+                peer,
+                allowed: true,
+                ..ConnInfo::default()
+            };
+            return self
+                .serve(
+                    Activity::new(io, clock.clone()),
+                    false,
+                    info,
+                    clock,
+                    shutdown,
+                )
+                .await;
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls.load());
+        let stream = match tokio::time::timeout_at(head_deadline, acceptor.accept(io)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return self.handshake_failed(peer, classify(&e), &e.to_string()),
+            Err(_) => {
+                return self.handshake_failed(
+                    peer,
+                    "timeout",
+                    "handshake not finished within request_head_timeout",
+                )
+            }
+        };
+        let (_, session) = stream.get_ref();
+        let h2 = session.alpn_protocol() == Some(b"h2");
+        let mut info = ConnInfo {
+            peer,
+            allowed: true,
+            tls: true,
+            ..ConnInfo::default()
+        };
+        if self.cfg.tls == TlsMode::Mutual {
+            let id = session
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|leaf| ClientIdentity::from_der(leaf));
+            let Some(id) = id else {
+                return self.handshake_failed(
+                    peer,
+                    "bad_certificate",
+                    "client certificate unreadable",
+                );
+            };
+            info.allowed = id.is_allowed(&self.cfg.allow);
+            if !info.allowed {
+                tracing::warn!(listener = %self.name, client = ?peer, identity = %id.display_name(), "client certificate outside allow; answering 403");
+            }
+            info.xfcc = Some(id.xfcc().into());
+            info.identity = Some(Arc::new(id));
+        }
+        self.serve(
+            Activity::new(stream, clock.clone()),
+            h2,
+            info,
+            clock,
+            shutdown,
+        )
+        .await;
+    }
+
+    fn handshake_failed(&self, peer: Option<SocketAddr>, reason: &'static str, detail: &str) {
+        tracing::info!(listener = %self.name, client = ?peer, reason, detail, "TLS handshake failed");
+        self.metrics
+            .tls_handshake_failures
+            .get_or_create(&HandshakeLabels {
+                listener: self.name.clone(),
+                reason,
+            })
+            .inc();
+    }
+
+    async fn serve<S>(
+        &self,
+        io: S,
+        h2: bool,
+        info: ConnInfo,
+        clock: Arc<ConnClock>,
+        shutdown: watch::Receiver<bool>,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let proxy = self.proxy.clone();
+        let info = Arc::new(info);
+        let svc_clock = clock.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let proxy = proxy.clone();
+            let info = info.clone();
+            let guard = svc_clock.begin();
+            async move {
+                let mut resp = proxy.handle(req, &info).await;
+                resp.body_mut().attach(guard);
+                Ok::<_, Infallible>(resp)
+            }
+        });
+        let io = TokioIo::new(io);
+        if h2 {
+            let conn = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .max_header_list_size(u32::try_from(self.limits.header_bytes).unwrap_or(u32::MAX))
+                .max_concurrent_streams(256)
+                .serve_connection(io, svc);
+            drive(conn, clock, shutdown).await;
+        } else {
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(None)
+                .max_buf_size(self.limits.header_bytes.max(8192))
+                .max_headers(1024)
+                .keep_alive(true)
+                .serve_connection(io, svc);
+            drive(conn, clock, shutdown).await;
+        }
+    }
+}
+
+enum Stream {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+/// hyper connections that can finish gracefully.
+trait Graceful: Future {
+    fn graceful(self: Pin<&mut Self>);
+}
+
+impl<I, S> Graceful for http1::Connection<I, S>
+where
+    http1::Connection<I, S>: Future,
+    S: hyper::service::HttpService<
+        hyper::body::Incoming,
+        ResBody = crate::proxy::body::ResponseBody,
+    >,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+{
+    fn graceful(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S, E> Graceful for http2::Connection<I, S, E>
+where
+    http2::Connection<I, S, E>: Future,
+    S: hyper::service::HttpService<
+        hyper::body::Incoming,
+        ResBody = crate::proxy::body::ResponseBody,
+    >,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
+{
+    fn graceful(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// Runs a connection to completion, closing it at the clock's deadline or gracefully on drain.
+async fn drive<C: Graceful>(conn: C, clock: Arc<ConnClock>, mut shutdown: watch::Receiver<bool>) {
+    let mut conn = std::pin::pin!(conn);
+    let mut draining = false;
+    loop {
+        let deadline = clock.deadline();
+        let wake = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = shutdown.wait_for(|s| *s), if !draining => {
+                draining = true;
+                conn.as_mut().graceful();
+            }
+            () = tokio::time::sleep_until(wake) => {
+                if clock.deadline().is_some_and(|d| d <= Instant::now()) {
+                    // Nothing in flight: closing loses nothing.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn classify(e: &std::io::Error) -> &'static str {
+    use rustls::Error as R;
+    match e.get_ref().and_then(|i| i.downcast_ref::<R>()) {
+        Some(R::NoCertificatesPresented) => "no_client_cert",
+        Some(R::InvalidCertificate(_)) => "bad_certificate",
+        Some(R::PeerIncompatible(_)) => "incompatible",
+        Some(
+            R::InvalidMessage(_)
+            | R::InappropriateMessage { .. }
+            | R::InappropriateHandshakeMessage { .. },
+        ) => "protocol",
+        Some(R::AlertReceived(_)) => "alert_received",
+        Some(_) => "other",
+        None if e.kind() == std::io::ErrorKind::UnexpectedEof => "eof",
+        None => "io",
+    }
+}

@@ -1,0 +1,93 @@
+//! The serde mirror of the TOML file: strings as written (after interpolation), every table
+//! `deny_unknown_fields`. [`super::Config::from_raw`] turns it into typed values.
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub identity: Option<RawIdentity>,
+    pub admin: Option<RawAdmin>,
+    pub dns: Option<RawDns>,
+    pub limits: Option<RawLimits>,
+    #[serde(default)]
+    pub listeners: Vec<RawListener>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIdentity {
+    pub trust: Option<String>,
+    pub issuer_cert: Option<String>,
+    pub issuer_key: Option<String>,
+    pub dns_names: Option<Vec<String>>,
+    pub ip_addresses: Option<Vec<String>>,
+    pub validity: Option<String>,
+    pub renew_before: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub export_dir: Option<String>,
+    pub export_mode: Option<String>,
+    pub export_group: Option<u32>,
+    pub watch_interval: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmin {
+    pub listen: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDns {
+    pub servers: Option<Vec<String>>,
+    pub refresh: Option<String>,
+    pub hold_on_empty: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimits {
+    pub max_connections: Option<u32>,
+    pub header_bytes: Option<u32>,
+    pub request_head_timeout: Option<String>,
+    pub body_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub upstream_timeout: Option<String>,
+    pub max_body_bytes: Option<u64>,
+    pub drain_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawListener {
+    pub name: Option<String>,
+    pub listen: String,
+    pub tls: Option<String>,
+    pub http2: Option<bool>,
+    pub allow: Option<Vec<String>>,
+    /// A string (`local` shorthand) or a table; typed in `from_raw`.
+    pub upstream: toml::Value,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstream {
+    pub local: Option<String>,
+    pub dns: Option<String>,
+    pub tls: Option<bool>,
+    pub balance: Option<String>,
+    pub health: Option<RawHealth>,
+    pub retries: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealth {
+    pub path: Option<String>,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub unhealthy_after: Option<u32>,
+    pub healthy_after: Option<u32>,
+}

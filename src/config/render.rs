@@ -1,0 +1,126 @@
+//! The effective configuration as TOML, for `ironic-proxy check`: every default filled in,
+//! every variable expanded. The file holds no secret values (keys are referenced by path and
+//! never read here), so nothing needs masking; key *contents* are never printed.
+
+use super::{Config, IdentitySource, TlsMode};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+fn d(v: Duration) -> String {
+    format!("\"{}\"", humantime::format_duration(v))
+}
+
+fn q(s: &str) -> String {
+    format!("{s:?}")
+}
+
+fn list<T: ToString>(items: &[T]) -> String {
+    let v: Vec<String> = items.iter().map(|i| q(&i.to_string())).collect();
+    format!("[{}]", v.join(", "))
+}
+
+impl Config {
+    /// The effective configuration in the file's own syntax.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        if let Some(id) = &self.identity {
+            let _ = writeln!(
+                o,
+                "[identity]\ntrust = {}",
+                q(&id.trust.display().to_string())
+            );
+            match &id.source {
+                IdentitySource::Files { cert, key } => {
+                    let _ = writeln!(o, "cert = {}", q(&cert.display().to_string()));
+                    let _ = writeln!(o, "key = {}", q(&key.display().to_string()));
+                }
+                IdentitySource::Issuer(i) => {
+                    let _ = writeln!(
+                        o,
+                        "issuer_cert = {}",
+                        q(&i.issuer_cert.display().to_string())
+                    );
+                    let _ = writeln!(o, "issuer_key = {}", q(&i.issuer_key.display().to_string()));
+                    let _ = writeln!(o, "dns_names = {}", list(&i.dns_names));
+                    let _ = writeln!(o, "ip_addresses = {}", list(&i.ip_addresses));
+                    let _ = writeln!(o, "validity = {}", d(i.validity));
+                    let _ = writeln!(o, "renew_before = {}", d(i.renew_before));
+                }
+            }
+            if let Some(e) = &id.export {
+                let _ = writeln!(o, "export_dir = {}", q(&e.dir.display().to_string()));
+                let _ = writeln!(o, "export_mode = \"{:04o}\"", e.mode);
+                if let Some(g) = e.group {
+                    let _ = writeln!(o, "export_group = {g}");
+                }
+            }
+            let _ = writeln!(o, "watch_interval = {}\n", d(id.watch_interval));
+        }
+        if let Some(a) = &self.admin {
+            let _ = writeln!(o, "[admin]\nlisten = {}\n", q(&a.listen.to_string()));
+        }
+        let _ = writeln!(
+            o,
+            "[dns]\nservers = {}  # empty: system resolver\nrefresh = {}\nhold_on_empty = {}\n",
+            list(&self.dns.servers),
+            d(self.dns.refresh),
+            d(self.dns.hold_on_empty)
+        );
+        let l = &self.limits;
+        let _ = writeln!(
+            o,
+            "[limits]\nmax_connections = {}\nheader_bytes = {}\nrequest_head_timeout = {}\n\
+             body_timeout = {}\nidle_timeout = {}\nupstream_timeout = {}\nmax_body_bytes = {}\n\
+             drain_timeout = {}\n",
+            l.max_connections,
+            l.header_bytes,
+            d(l.request_head_timeout),
+            d(l.body_timeout),
+            d(l.idle_timeout),
+            d(l.upstream_timeout),
+            l.max_body_bytes,
+            d(l.drain_timeout)
+        );
+        for lc in &self.listeners {
+            let tls = match lc.tls {
+                TlsMode::None => "none",
+                TlsMode::Server => "server",
+                TlsMode::Mutual => "mutual",
+            };
+            let _ = writeln!(
+                o,
+                "[[listeners]]\nname = {}\nlisten = {}\ntls = \"{tls}\"\nhttp2 = {}\nallow = {}",
+                q(&lc.name),
+                q(&lc.listen.to_string()),
+                lc.http2,
+                list(&lc.allow)
+            );
+            let u = &lc.upstream;
+            let _ = writeln!(o, "[listeners.upstream]");
+            if let Some(local) = &u.local {
+                let _ = writeln!(o, "local = {}", q(&local.to_string()));
+            }
+            if let Some(dns) = &u.dns {
+                let _ = writeln!(o, "dns = {}", q(dns));
+            }
+            let balance = match u.balance {
+                super::Balance::LeastRequest => "least_request",
+                super::Balance::RoundRobin => "round_robin",
+            };
+            let h = &u.health;
+            let _ = writeln!(
+                o,
+                "tls = {}\nbalance = \"{balance}\"\nretries = {}\nhealth = {{ path = {}, interval = {}, \
+                 timeout = {}, unhealthy_after = {}, healthy_after = {} }}\n",
+                u.tls,
+                u.retries,
+                q(&h.path),
+                d(h.interval),
+                d(h.timeout),
+                h.unhealthy_after,
+                h.healthy_after
+            );
+        }
+        o
+    }
+}

@@ -1,0 +1,163 @@
+use super::*;
+use std::collections::HashMap;
+
+fn env() -> HashMap<String, String> {
+    [("POD_IP", "10.1.2.3"), ("NS", "metal3")]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+const FULL: &str = r#"
+[identity]
+trust = "/etc/ironic-ca/ca.crt"
+issuer_cert = "/etc/ironic-ca/ca.crt"
+issuer_key  = "/etc/ironic-ca/ca.key"
+dns_names   = ["pod.ironic.${NS}.svc"]
+ip_addresses = ["${POD_IP}"]
+validity     = "24h"
+renew_before = "8h"
+export_dir = "/run/ironic-proxy/tls"
+
+[admin]
+listen = "127.0.0.1:9901"
+
+[dns]
+servers = ["127.0.0.1:5353"]
+refresh = "5s"
+
+[limits]
+max_connections = 100
+request_head_timeout = "2s"
+
+[[listeners]]
+name     = "json-rpc"
+listen   = "0.0.0.0:6189"
+tls      = "mutual"
+allow    = ["*.ironic.metal3.svc", "ip:10.0.0.0/8"]
+upstream = "unix:/run/ironic/json-rpc.sock"
+
+[[listeners]]
+name   = "api"
+listen = "0.0.0.0:6385"
+tls    = "server"
+[listeners.upstream]
+local   = "unix:/run/ironic/api.sock"
+dns     = "ironic.metal3.svc:6385"
+tls     = true
+balance = "round_robin"
+health  = { path = "/", interval = "2s", timeout = "1s", unhealthy_after = 2, healthy_after = 1 }
+"#;
+
+fn err(text: &str) -> String {
+    Config::parse(text, &env())
+        .expect_err("config should be rejected")
+        .to_string()
+}
+
+#[test]
+fn parses_the_design_example() {
+    let c = Config::parse(FULL, &env()).unwrap();
+    let id = c.identity.unwrap();
+    match id.source {
+        IdentitySource::Issuer(i) => {
+            assert_eq!(i.dns_names, ["pod.ironic.metal3.svc"]);
+            assert_eq!(i.ip_addresses, ["10.1.2.3".parse::<IpAddr>().unwrap()]);
+            assert_eq!(i.renew_before, Duration::from_secs(8 * 3600));
+        }
+        IdentitySource::Files { .. } => panic!("expected issuer mode"),
+    }
+    assert_eq!(c.limits.max_connections, 100);
+    assert_eq!(c.limits.request_head_timeout, Duration::from_secs(2));
+    assert_eq!(
+        c.limits.body_timeout,
+        Duration::from_secs(60),
+        "default kept"
+    );
+    assert_eq!(c.listeners.len(), 2);
+    assert_eq!(c.listeners[0].tls, TlsMode::Mutual);
+    assert_eq!(c.listeners[0].allow.len(), 2);
+    assert_eq!(
+        c.listeners[0].upstream.local,
+        Some(UpstreamAddr::Unix("/run/ironic/json-rpc.sock".into()))
+    );
+    assert_eq!(c.listeners[1].upstream.balance, Balance::RoundRobin);
+    assert!(c.listeners[1].upstream.tls);
+    assert_eq!(
+        c.dns.servers,
+        ["127.0.0.1:5353".parse::<SocketAddr>().unwrap()]
+    );
+}
+
+#[test]
+fn errors_name_the_key() {
+    let listener = "[[listeners]]\nlisten = \"127.0.0.1:1\"\nupstream = \"unix:/x\"\n";
+    assert!(err(&format!("bogus = 1\n{listener}")).contains("bogus"));
+    let e = err(&format!(
+        "{listener}[[listeners]]\nlisten=\"127.0.0.1:2\"\nupstream=\"unix:/y\"\nfoo=1\n"
+    ));
+    assert!(e.starts_with("listeners[1]") && e.contains("foo"), "{e}");
+    let e = err(&format!("[limits]\nbody_timeout = \"soon\"\n{listener}"));
+    assert!(
+        e.starts_with("limits.body_timeout: invalid duration"),
+        "{e}"
+    );
+    let e = err("[[listeners]]\nlisten = \"nowhere\"\nupstream = \"unix:/x\"\n");
+    assert!(e.starts_with("listeners[0].listen"), "{e}");
+    let e = err("[[listeners]]\nlisten = \"127.0.0.1:1\"\nupstream = \"unix:/x\"\ntls=\"mutual\"\nallow=[\"ip:10.0.0.0/99\"]\n[identity]\ntrust=\"/t\"\ncert=\"/c\"\nkey=\"/k\"\n");
+    assert!(e.starts_with("listeners[0].allow[0]"), "{e}");
+    let e = err("[[listeners]]\nlisten = \"${UNSET_VAR}\"\nupstream = \"unix:/x\"\n");
+    assert!(
+        e.starts_with("listeners[0].listen") && e.contains("UNSET_VAR"),
+        "{e}"
+    );
+    let e = err("[[listeners]]\nlisten = \"127.0.0.1:1\"\n[listeners.upstream]\nlocal = \"unix:/x\"\ndns = \"nope\"\n");
+    assert!(e.starts_with("listeners[0].upstream.dns"), "{e}");
+    let e = err("[[listeners]]\nlisten = \"127.0.0.1:1\"\n[listeners.upstream]\nlocal = \"unix:/x\"\nweight = 3\n");
+    assert!(
+        e.starts_with("listeners[0].upstream") && e.contains("weight"),
+        "{e}"
+    );
+    let e =
+        err("[[listeners]]\nlisten = \"127.0.0.1:1\"\nupstream = \"unix:/x\"\ntls = \"server\"\n");
+    assert!(
+        e.starts_with("listeners[0].tls") && e.contains("identity"),
+        "{e}"
+    );
+}
+
+#[test]
+fn errors_are_one_line() {
+    let e = err("[limits]\nbody_timeout = \"x\"\nidle_timeout = \"y\"\n[[listeners]]\nlisten = \"z\"\nupstream = \"unix:/x\"\n");
+    assert!(!e.contains('\n'), "{e}");
+    assert!(
+        e.contains("limits.body_timeout")
+            && e.contains("limits.idle_timeout")
+            && e.contains("listeners[0].listen")
+    );
+}
+
+#[test]
+fn upstream_addresses() {
+    assert_eq!(
+        "unix:/run/a.sock".parse::<UpstreamAddr>().unwrap(),
+        UpstreamAddr::Unix("/run/a.sock".into())
+    );
+    assert_eq!(
+        "localhost:8080".parse::<UpstreamAddr>().unwrap(),
+        UpstreamAddr::Tcp {
+            host: "localhost".into(),
+            port: 8080
+        }
+    );
+    assert_eq!(
+        "[::1]:80".parse::<UpstreamAddr>().unwrap(),
+        UpstreamAddr::Tcp {
+            host: "::1".into(),
+            port: 80
+        }
+    );
+    for bad in ["unix:relative", "host", "host:0", "host:99999", ":80"] {
+        assert!(bad.parse::<UpstreamAddr>().is_err(), "{bad}");
+    }
+}

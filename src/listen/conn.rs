@@ -1,0 +1,187 @@
+//! Per-connection timing: the request head deadline from accept (TLS handshake included), the
+//! head deadline of later requests from their first byte, and the idle timeout between requests.
+//!
+//! hyper's own `header_read_timeout` restarts whenever a keep-alive connection waits for the next
+//! head, which would make `request_head_timeout` an idle timeout too; we switch it off and keep
+//! our own clock here instead. [`Activity`] notes the first byte read while the connection is
+//! idle; [`InFlight`] guards count requests until their response body ends.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+pub(crate) struct ConnClock {
+    accepted: Instant,
+    in_flight: AtomicUsize,
+    served: AtomicU64,
+    idle_since: Mutex<Instant>,
+    /// Milliseconds after `accepted` + 1 at which the first byte of the next head arrived
+    /// while idle; 0 when none has.
+    head_started: AtomicU64,
+    head_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl ConnClock {
+    pub(crate) fn new(
+        accepted: Instant,
+        head_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            accepted,
+            in_flight: AtomicUsize::new(0),
+            served: AtomicU64::new(0),
+            idle_since: Mutex::new(accepted),
+            head_started: AtomicU64::new(0),
+            head_timeout,
+            idle_timeout,
+        })
+    }
+
+    /// A request head arrived.
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.served.fetch_add(1, Ordering::AcqRel);
+        self.head_started.store(0, Ordering::Release);
+        InFlight(self.clone())
+    }
+
+    fn note_read(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && self.served.load(Ordering::Acquire) > 0
+            && self.head_started.load(Ordering::Acquire) == 0
+        {
+            let ms = u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+            self.head_started.store(ms + 1, Ordering::Release);
+        }
+    }
+
+    /// When the connection must be closed if nothing changes; `None` while requests run.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        if self.served.load(Ordering::Acquire) == 0 {
+            return Some(self.accepted + self.head_timeout);
+        }
+        let started = self.head_started.load(Ordering::Acquire);
+        if started > 0 {
+            return Some(self.accepted + Duration::from_millis(started - 1) + self.head_timeout);
+        }
+        let idle = self.idle_since.lock().map_or(self.accepted, |g| *g);
+        Some(idle + self.idle_timeout)
+    }
+}
+
+/// Counts one request until its response ends.
+pub(crate) struct InFlight(Arc<ConnClock>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut idle) = self.0.idle_since.lock() {
+            *idle = Instant::now();
+        }
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An IO stream that tells the clock when bytes arrive.
+    pub(crate) struct Activity<S> {
+        #[pin]
+        inner: S,
+        clock: Arc<ConnClock>,
+    }
+}
+
+impl<S> Activity<S> {
+    pub(crate) fn new(inner: S, clock: Arc<ConnClock>) -> Self {
+        Self { inner, clock }
+    }
+}
+
+impl<S: AsyncRead> AsyncRead for Activity<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let r = this.inner.poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.clock.note_read();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite> AsyncWrite for Activity<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().inner.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().inner.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn deadlines_follow_the_connection_state() {
+        let t0 = Instant::now();
+        let c = ConnClock::new(t0, Duration::from_secs(10), Duration::from_secs(60));
+        assert_eq!(
+            c.deadline(),
+            Some(t0 + Duration::from_secs(10)),
+            "first head from accept"
+        );
+        let g = c.begin();
+        assert_eq!(c.deadline(), None, "no deadline while a request runs");
+        tokio::time::advance(Duration::from_secs(30)).await;
+        drop(g);
+        let idle_start = Instant::now();
+        assert_eq!(
+            c.deadline(),
+            Some(idle_start + Duration::from_secs(60)),
+            "idle timeout"
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        c.note_read();
+        let first_byte = Instant::now();
+        let d = c.deadline().unwrap();
+        assert!(
+            d <= first_byte + Duration::from_secs(10),
+            "next head from its first byte"
+        );
+        assert!(d + Duration::from_millis(2) >= first_byte + Duration::from_secs(10));
+    }
+}

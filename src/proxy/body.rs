@@ -1,0 +1,259 @@
+//! Request and response bodies as the proxy moves them.
+//!
+//! Request bodies are either buffered (small, known length: replayable on another endpoint) or
+//! streamed through [`Limited`], which enforces `max_body_bytes` and `body_timeout` (the whole
+//! body, however slowly it trickles) and records why it stopped so the service can answer 413 or
+//! 408 instead of a generic 502. Response bodies carry a guard that runs when the response ends,
+//! finished or aborted: it closes the in-flight count of the connection and writes the access log.
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::time::{Instant, Sleep};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a streamed request body was cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyCut {
+    #[error("request body exceeded max_body_bytes")]
+    TooLarge,
+    #[error("request body exceeded body_timeout")]
+    Timeout,
+}
+
+/// Shared slot where a [`Limited`] body records why it stopped.
+pub type CutSlot = Arc<Mutex<Option<BodyCut>>>;
+
+pin_project_lite::pin_project! {
+    /// An incoming body bounded in size and total time.
+    pub struct Limited {
+        #[pin]
+        inner: Incoming,
+        #[pin]
+        deadline: Sleep,
+        remaining: u64,
+        cut: CutSlot,
+    }
+}
+
+impl Limited {
+    pub fn new(inner: Incoming, max: u64, deadline: Instant, cut: CutSlot) -> Self {
+        Self {
+            inner,
+            deadline: tokio::time::sleep_until(deadline),
+            remaining: max,
+            cut,
+        }
+    }
+}
+
+fn record(cut: &CutSlot, why: BodyCut) -> BoxError {
+    if let Ok(mut slot) = cut.lock() {
+        slot.get_or_insert(why);
+    }
+    Box::new(why)
+}
+
+impl Body for Limited {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        match this.inner.poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let n = data.len() as u64;
+                    if n > *this.remaining {
+                        return Poll::Ready(Some(Err(record(this.cut, BodyCut::TooLarge))));
+                    }
+                    *this.remaining -= n;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                if this.deadline.poll(cx).is_ready() {
+                    return Poll::Ready(Some(Err(record(this.cut, BodyCut::Timeout))));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// What goes to the upstream.
+pub enum RequestBody {
+    Full(Option<Bytes>),
+    Stream(Pin<Box<Limited>>),
+}
+
+impl RequestBody {
+    pub fn empty() -> Self {
+        Self::Full(None)
+    }
+
+    /// A copy for another try, when the body is buffered.
+    pub fn try_clone(&self) -> Option<Self> {
+        match self {
+            Self::Full(b) => Some(Self::Full(b.clone())),
+            Self::Stream(_) => None,
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Self::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Self::Stream(s) => s.as_mut().poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Full(b) => b.is_none(),
+            Self::Stream(s) => s.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Self::Stream(s) => s.size_hint(),
+        }
+    }
+}
+
+/// Runs once when a response ends, however it ends.
+pub trait OnEnd: Send + Sync + 'static {
+    /// `bytes` sent to the client; `complete` false if the body was aborted.
+    fn on_end(&mut self, bytes: u64, complete: bool);
+}
+
+enum Inner {
+    Full(Option<Bytes>),
+    Upstream(Incoming),
+}
+
+/// What goes to the client.
+pub struct ResponseBody {
+    inner: Inner,
+    bytes: u64,
+    done: bool,
+    on_end: Option<Box<dyn OnEnd>>,
+    /// Dropped with the body: the connection's in-flight guard.
+    _guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl ResponseBody {
+    pub fn full(b: impl Into<Bytes>) -> Self {
+        let b: Bytes = b.into();
+        Self {
+            inner: Inner::Full((!b.is_empty()).then_some(b)),
+            bytes: 0,
+            done: false,
+            on_end: None,
+            _guard: None,
+        }
+    }
+
+    pub fn upstream(b: Incoming) -> Self {
+        Self {
+            inner: Inner::Upstream(b),
+            bytes: 0,
+            done: false,
+            on_end: None,
+            _guard: None,
+        }
+    }
+
+    pub fn set_on_end(&mut self, f: Box<dyn OnEnd>) {
+        self.on_end = Some(f);
+    }
+
+    /// Keeps `guard` alive until the response ends.
+    pub fn attach(&mut self, guard: impl std::any::Any + Send + Sync) {
+        self._guard = Some(Box::new(guard));
+    }
+
+    fn finish(&mut self, complete: bool) {
+        self.done = true;
+        if let Some(mut f) = self.on_end.take() {
+            f.on_end(self.bytes, complete);
+        }
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        let complete = self.done || self.is_end_stream();
+        self.finish(complete);
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = match &mut this.inner {
+            Inner::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Inner::Upstream(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+        };
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    this.bytes += d.len() as u64;
+                }
+            }
+            Poll::Ready(None) => this.finish(true),
+            Poll::Ready(Some(Err(_))) => this.finish(false),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Inner::Full(b) => b.is_none(),
+            Inner::Upstream(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Inner::Upstream(b) => b.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The one place where a failure becomes a status code and the proxy's own short JSON body.
+
+use super::body::ResponseBody;
+use http::{header, HeaderValue, Response, StatusCode};
+
+/// Who failed, recorded in the access log next to the status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blame {
+    Client,
+    Upstream,
+    Proxy,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("malformed request: {0}")]
+    BadRequest(&'static str),
+    #[error("client certificate not allowed on this listener")]
+    Forbidden,
+    #[error("request body too slow")]
+    BodyTimeout,
+    #[error("request body larger than {0} bytes")]
+    BodyTooLarge(u64),
+    #[error("forwarding loop detected")]
+    Loop,
+    #[error("upstream refused or broke the connection: {0}")]
+    BadGateway(String),
+    #[error("no healthy upstream")]
+    NoUpstream,
+    #[error("draining")]
+    Draining,
+    #[error("upstream did not answer in time")]
+    GatewayTimeout,
+}
+
+impl ProxyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Loop => StatusCode::LOOP_DETECTED,
+            Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            Self::NoUpstream | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
+            Self::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    pub fn blame(&self) -> Blame {
+        match self {
+            Self::BadRequest(_)
+            | Self::Forbidden
+            | Self::BodyTimeout
+            | Self::BodyTooLarge(_)
+            | Self::Loop => Blame::Client,
+            Self::BadGateway(_) | Self::GatewayTimeout => Blame::Upstream,
+            Self::NoUpstream | Self::Draining => Blame::Proxy,
+        }
+    }
+
+    /// Machine-readable code in the JSON body.
+    fn code(&self) -> &'static str {
+        match self {
+            Self::BadRequest(_) => "bad_request",
+            Self::Forbidden => "forbidden",
+            Self::BodyTimeout => "request_timeout",
+            Self::BodyTooLarge(_) => "payload_too_large",
+            Self::Loop => "loop_detected",
+            Self::BadGateway(_) => "bad_gateway",
+            Self::NoUpstream => "no_healthy_upstream",
+            Self::Draining => "draining",
+            Self::GatewayTimeout => "gateway_timeout",
+        }
+    }
+
+    /// `{"error":"…","status":…,"message":"…"}`. Upstream details stay in the log, not the body.
+    pub fn to_response(&self) -> Response<ResponseBody> {
+        let message = match self {
+            Self::BadGateway(_) => "upstream refused or broke the connection".to_owned(),
+            other => other.to_string(),
+        };
+        json_response(self.status(), self.code(), &message)
+    }
+}
+
+/// The proxy's own JSON error response.
+pub fn json_response(status: StatusCode, code: &str, message: &str) -> Response<ResponseBody> {
+    let body = format!(
+        "{{\"error\":\"{code}\",\"status\":{},\"message\":\"{}\"}}\n",
+        status.as_u16(),
+        message.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    let mut resp = Response::new(ResponseBody::full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}

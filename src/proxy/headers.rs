@@ -1,0 +1,200 @@
+//! Request framing checks and header hygiene, in both directions.
+//!
+//! - Framing (RFC 9112 §6): a request with both `Content-Length` and `Transfer-Encoding`, with
+//!   conflicting or malformed `Content-Length`, or with any transfer coding other than exactly
+//!   `chunked` is rejected, never forwarded. hyper already refuses most of these; the checks
+//!   here close the cases RFC 9112 leaves to the recipient (it MAY process CL+TE) and make the
+//!   rule explicit.
+//! - Hop-by-hop fields (RFC 9110 §7.6.1): `Connection` and every field it names, `Keep-Alive`,
+//!   `Proxy-Connection`, `TE`, `Transfer-Encoding`, `Upgrade`, `Trailer` and `Proxy-Authorization`
+//!   are not forwarded. We never upgrade connections (no `h2c`, no WebSocket: Ironic has none).
+//! - Field names with an underscore are dropped (as nginx does by default): WSGI servers map
+//!   `X_Forwarded_Client_Cert` and `X-Forwarded-Client-Cert` to the same variable, so a client
+//!   could otherwise smuggle an identity past the dash-spelled removal.
+//! - `X-Forwarded-Client-Cert`, `X-Forwarded-Proto` and `X-Forwarded-Host` from the client are
+//!   replaced by ours; `X-Forwarded-For` gets the client address appended; `Via` gets our entry.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Version};
+
+pub(crate) const XFCC: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
+pub(crate) const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// The pseudonym in `Via` (RFC 9110 §7.6.3).
+pub const VIA_NAME: &str = "ironic-proxy";
+
+/// The framing of a request that passed the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Checks `Content-Length`, `Transfer-Encoding` and `Host` of an HTTP/1.x request.
+pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<Framing, &'static str> {
+    let te: Vec<&HeaderValue> = headers.get_all(header::TRANSFER_ENCODING).iter().collect();
+    let cl: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
+    if version == Version::HTTP_2 || version == Version::HTTP_3 {
+        if !te.is_empty() {
+            return Err("transfer-encoding is not allowed in HTTP/2");
+        }
+        return content_length(&cl).map(|l| l.map_or(Framing::None, Framing::Length));
+    }
+    if version == Version::HTTP_11 {
+        // RFC 9112 §3.2: exactly one Host field.
+        if headers.get_all(header::HOST).iter().count() != 1 {
+            return Err("exactly one Host header is required");
+        }
+    }
+    if !te.is_empty() {
+        if !cl.is_empty() {
+            return Err("both Content-Length and Transfer-Encoding");
+        }
+        if version != Version::HTTP_11 {
+            return Err("Transfer-Encoding requires HTTP/1.1");
+        }
+        if te.len() != 1 {
+            return Err("repeated Transfer-Encoding");
+        }
+        let v = te[0].as_bytes();
+        let trimmed = v.trim_ascii();
+        if !trimmed.eq_ignore_ascii_case(b"chunked") || trimmed.len() != v.len() {
+            return Err("unsupported Transfer-Encoding (only a bare \"chunked\" is accepted)");
+        }
+        return Ok(Framing::Chunked);
+    }
+    content_length(&cl).map(|l| l.map_or(Framing::None, Framing::Length))
+}
+
+fn content_length(values: &[&HeaderValue]) -> Result<Option<u64>, &'static str> {
+    let mut found: Option<u64> = None;
+    for v in values {
+        for part in v.as_bytes().split(|b| *b == b',') {
+            let part = part.trim_ascii();
+            if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+                return Err("invalid Content-Length");
+            }
+            let n: u64 = std::str::from_utf8(part)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or("invalid Content-Length")?;
+            match found {
+                Some(prev) if prev != n => return Err("conflicting Content-Length"),
+                _ => found = Some(n),
+            }
+        }
+    }
+    if values.len() > 1 || values.first().is_some_and(|v| v.as_bytes().contains(&b',')) {
+        // Identical repeats are legal (RFC 9110 §8.6) but a smuggling tell; be strict.
+        return Err("repeated Content-Length");
+    }
+    Ok(found)
+}
+
+/// Removes hop-by-hop fields, including those named in `Connection` (RFC 9110 §7.6.1).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        header::TE,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::TRAILER,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// What the proxy knows about the client, for the forwarded headers.
+pub struct Forwarded<'a> {
+    pub client_ip: Option<std::net::IpAddr>,
+    pub proto: &'static str,
+    pub host: Option<&'a str>,
+    pub xfcc: Option<&'a str>,
+    pub version: Version,
+}
+
+/// Rewrites request headers for the upstream.
+pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
+    strip_hop_by_hop(headers);
+    let underscored: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| n.as_str().contains('_'))
+        .cloned()
+        .collect();
+    for name in underscored {
+        headers.remove(name);
+    }
+    headers.remove(XFCC);
+    if let Some(v) = fwd.xfcc.and_then(|v| HeaderValue::from_str(v).ok()) {
+        headers.insert(XFCC, v);
+    }
+    if let Some(ip) = fwd.client_ip {
+        let joined = match headers.get(XFF).and_then(|v| v.to_str().ok()) {
+            Some(prev) if !prev.trim().is_empty() => format!("{prev}, {ip}"),
+            _ => ip.to_string(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&joined) {
+            headers.insert(XFF, v);
+        }
+    } else {
+        // A unix-socket client has no address to append; keep what earlier hops wrote.
+    }
+    headers.insert(XFP, HeaderValue::from_static(fwd.proto));
+    headers.remove(XFH);
+    if let Some(v) = fwd.host.and_then(|h| HeaderValue::from_str(h).ok()) {
+        headers.insert(XFH, v);
+    }
+    append_via(headers, fwd.version);
+}
+
+/// Rewrites response headers for the client.
+pub fn rewrite_response(headers: &mut HeaderMap, version: Version) {
+    strip_hop_by_hop(headers);
+    append_via(headers, version);
+}
+
+fn append_via(headers: &mut HeaderMap, version: Version) {
+    let entry = match version {
+        Version::HTTP_10 => "1.0 ironic-proxy",
+        Version::HTTP_2 => "2 ironic-proxy",
+        _ => "1.1 ironic-proxy",
+    };
+    headers.append(header::VIA, HeaderValue::from_static(entry));
+}
+
+/// True when an earlier ironic-proxy already forwarded this request (`Via` names us).
+pub fn came_through_proxy(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|entry| entry.split_whitespace().nth(1) == Some(VIA_NAME))
+}
+
+/// Methods that may be replayed after a request reached an upstream (DESIGN: retries).
+pub fn is_replayable(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,43 @@
+//! TLS origination to peers: verify the peer against the trust bundle, present our own
+//! certificate. The client configuration follows identity changes.
+
+use crate::identity::Material;
+use arc_swap::ArcSwap;
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+use std::sync::Arc;
+use tokio::net::TcpStream;
+
+/// A reloadable client TLS configuration plus the name to verify.
+#[derive(Clone)]
+pub struct PeerTls {
+    config: Arc<ArcSwap<ClientConfig>>,
+    name: ServerName<'static>,
+}
+
+impl PeerTls {
+    pub fn new(config: Arc<ArcSwap<ClientConfig>>, name: ServerName<'static>) -> Self {
+        Self { config, name }
+    }
+
+    pub async fn connect(
+        &self,
+        tcp: TcpStream,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let connector = tokio_rustls::TlsConnector::from(self.config.load_full());
+        connector.connect(self.name.clone(), tcp).await
+    }
+}
+
+/// Client configuration for peers from one identity generation (HTTP/1.1 only).
+pub fn client_config(material: &Material) -> Result<Arc<ClientConfig>, rustls::Error> {
+    let provider = Arc::new(super::provider());
+    let mut cfg = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(material.roots.clone())
+        .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
+            material.certified_key.clone(),
+        )));
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
