@@ -83,7 +83,7 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-fn check(path: &PathBuf) -> ExitCode {
+fn check(path: &std::path::Path) -> ExitCode {
     let config = match Config::load(path, &ProcessEnv) {
         Ok(c) => c,
         Err(e) => return fail(&e),

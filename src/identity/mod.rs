@@ -19,7 +19,7 @@ use crate::config::{IdentityConfig, IdentitySource};
 use crate::metrics::{Metrics, ReloadLabels};
 use rustls::sign::CertifiedKey;
 use rustls::RootCertStore;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::{watch, Notify};
@@ -121,8 +121,8 @@ pub async fn start(cfg: &IdentityConfig, metrics: &Metrics) -> Result<Identity, 
 /// Loads static cert/key/trust files into one checked generation.
 pub fn load_files(
     cfg: &IdentityConfig,
-    cert: &PathBuf,
-    key: &PathBuf,
+    cert: &Path,
+    key: &Path,
 ) -> Result<Material, IdentityError> {
     let chain = load_chain(cert)?;
     let key_der = load_key(key)?;
@@ -131,8 +131,8 @@ pub fn load_files(
     let certified =
         CertifiedKey::from_der(chain.certs.clone(), key_der.key, &provider).map_err(|source| {
             IdentityError::KeyMismatch {
-                cert: cert.clone(),
-                key: key.clone(),
+                cert: cert.to_owned(),
+                key: key.to_owned(),
                 source,
             }
         })?;
