@@ -74,18 +74,25 @@ impl FromStr for Target {
 
     /// Parses `ironic.metal3.svc:6385` or `srv:_api._tcp.ironic.metal3.svc`.
     fn from_str(input: &str) -> Result<Self, Self::Err> {
-        let fail = |reason| DiscoveryError::Target { input: input.to_owned(), reason };
+        let fail = |reason| DiscoveryError::Target {
+            input: input.to_owned(),
+            reason,
+        };
         if let Some(name) = input.strip_prefix("srv:") {
             if name.contains(':') {
                 return Err(fail(TargetError::SrvPort));
             }
             check_name(name).map_err(fail)?;
-            return Ok(Self::Srv { name: name.to_owned() });
+            return Ok(Self::Srv {
+                name: name.to_owned(),
+            });
         }
         if input.starts_with('[') || input.parse::<SocketAddr>().is_ok() {
             return Err(fail(TargetError::IpAddress));
         }
-        let (name, port) = input.rsplit_once(':').ok_or_else(|| fail(TargetError::Shape))?;
+        let (name, port) = input
+            .rsplit_once(':')
+            .ok_or_else(|| fail(TargetError::Shape))?;
         if name.parse::<std::net::IpAddr>().is_ok() {
             return Err(fail(TargetError::IpAddress));
         }
@@ -94,7 +101,10 @@ impl FromStr for Target {
             Ok(0) | Err(_) => return Err(fail(TargetError::Port(port.to_owned()))),
             Ok(port) => port,
         };
-        Ok(Self::Host { name: name.to_owned(), port })
+        Ok(Self::Host {
+            name: name.to_owned(),
+            port,
+        })
     }
 }
 
@@ -114,8 +124,13 @@ fn check_name(name: &str) -> Result<(), TargetError> {
         if label.len() > 63 {
             return Err(TargetError::Name("a label is longer than 63 characters"));
         }
-        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(TargetError::Name("only letters, digits, '-', '_' and '.' are allowed"));
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(TargetError::Name(
+                "only letters, digits, '-', '_' and '.' are allowed",
+            ));
         }
     }
     Ok(())

@@ -8,9 +8,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use hickory_resolver::config::{
-    NameServerConfig, ResolveHosts, ResolverConfig,
-};
+use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig};
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::op::ResponseCode;
 use hickory_resolver::proto::rr::{RData, RecordType};
@@ -108,7 +106,9 @@ impl Hickory {
         // Answers are cached by hickory only as long as their TTL allows; the loop reads the
         // remaining TTL from the answer, so a cached answer schedules the next query correctly.
         builder.options_mut().cache_size = 64;
-        Ok(Self { resolver: builder.build() })
+        Ok(Self {
+            resolver: builder.build(),
+        })
     }
 }
 
@@ -132,7 +132,11 @@ impl Resolve for Hickory {
     }
 
     async fn srv(&self, name: &str) -> Result<Answer<Srv>, LookupError> {
-        let lookup = self.resolver.lookup(name, RecordType::SRV).await.map_err(classify)?;
+        let lookup = self
+            .resolver
+            .lookup(name, RecordType::SRV)
+            .await
+            .map_err(classify)?;
         let records: Vec<Srv> = lookup
             .record_iter()
             .filter_map(|record| match record.data() {
@@ -191,7 +195,10 @@ mod tests {
 
     #[test]
     fn failures_and_answers_are_told_apart() {
-        assert!(matches!(classify(ResolveError::from("boom")), LookupError::Failed(_)));
+        assert!(matches!(
+            classify(ResolveError::from("boom")),
+            LookupError::Failed(_)
+        ));
         let timeout = ResolveError::from(hickory_resolver::proto::ProtoError::from(
             ProtoErrorKind::Timeout,
         ));

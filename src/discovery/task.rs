@@ -39,14 +39,28 @@ impl<R: Resolve> Loop<R> {
         metrics: Metrics,
         tx: watch::Sender<EndpointSet>,
     ) -> Self {
-        let labels = UpstreamLabels { upstream: upstream.clone() };
-        Self { resolver, upstream, target, opts, metrics, labels, tx, empty_since: None }
+        let labels = UpstreamLabels {
+            upstream: upstream.clone(),
+        };
+        Self {
+            resolver,
+            upstream,
+            target,
+            opts,
+            metrics,
+            labels,
+            tx,
+            empty_since: None,
+        }
     }
 
     pub(super) async fn run(mut self) {
         loop {
             let started = Instant::now();
-            self.metrics.dns_resolutions.get_or_create(&self.labels).inc();
+            self.metrics
+                .dns_resolutions
+                .get_or_create(&self.labels)
+                .inc();
             let last = self.tx.borrow().clone();
             let outcome = tokio::select! {
                 outcome = resolve(&self.resolver, &self.target, &last) => outcome,
@@ -54,8 +68,11 @@ impl<R: Resolve> Loop<R> {
             };
             if !outcome.failures.is_empty() {
                 self.metrics.dns_failures.get_or_create(&self.labels).inc();
-                let failures: Vec<String> =
-                    outcome.failures.iter().map(|(query, err)| format!("{query}: {err}")).collect();
+                let failures: Vec<String> = outcome
+                    .failures
+                    .iter()
+                    .map(|(query, err)| format!("{query}: {err}"))
+                    .collect();
                 warn!(
                     upstream = %self.upstream,
                     target = %self.target,
@@ -96,10 +113,16 @@ impl<R: Resolve> Loop<R> {
         if *current == endpoints {
             return;
         }
-        let added: Vec<String> =
-            endpoints.iter().filter(|e| !current.contains(e)).map(describe).collect();
-        let removed: Vec<String> =
-            current.iter().filter(|e| !endpoints.contains(e)).map(describe).collect();
+        let added: Vec<String> = endpoints
+            .iter()
+            .filter(|e| !current.contains(e))
+            .map(describe)
+            .collect();
+        let removed: Vec<String> = current
+            .iter()
+            .filter(|e| !endpoints.contains(e))
+            .map(describe)
+            .collect();
         info!(
             upstream = %self.upstream,
             endpoints = endpoints.len(),
@@ -159,7 +182,11 @@ impl Outcome {
 
 /// One round of queries for `target`. `last` is the published set, the source of whatever a
 /// failed query would have told us.
-pub(super) async fn resolve<R: Resolve>(resolver: &R, target: &Target, last: &[Endpoint]) -> Outcome {
+pub(super) async fn resolve<R: Resolve>(
+    resolver: &R,
+    target: &Target,
+    last: &[Endpoint],
+) -> Outcome {
     let mut out = match target {
         Target::Host { name, port } => addresses(resolver, name, &[*port], None, last).await,
         Target::Srv { name } => match resolver.srv(name).await {
@@ -201,7 +228,10 @@ async fn addresses<R: Resolve>(
     srv_target: Option<&str>,
     last: &[Endpoint],
 ) -> Outcome {
-    let (v4, v6) = tokio::join!(resolver.ips(host, Family::V4), resolver.ips(host, Family::V6));
+    let (v4, v6) = tokio::join!(
+        resolver.ips(host, Family::V4),
+        resolver.ips(host, Family::V6)
+    );
     let mut out = Outcome::default();
     for (family, result) in [(Family::V4, v4), (Family::V6, v6)] {
         let ips: Vec<IpAddr> = match result {
@@ -212,7 +242,8 @@ async fn addresses<R: Resolve>(
             Err(LookupError::NxDomain | LookupError::NoData) => Vec::new(),
             Err(LookupError::Failed(err)) => {
                 let kind = if family == Family::V4 { "A" } else { "AAAA" };
-                out.failures.push((format!("{kind} {host}"), LookupError::Failed(err)));
+                out.failures
+                    .push((format!("{kind} {host}"), LookupError::Failed(err)));
                 last.iter()
                     .filter(|e| Family::of(e.addr.ip()) == family)
                     .filter(|e| srv_target.is_none_or(|target| e.tls_name == target))
@@ -223,7 +254,10 @@ async fn addresses<R: Resolve>(
         for ip in ips {
             for &port in ports {
                 let tls_name = srv_target.map_or_else(|| ip.to_string(), str::to_owned);
-                out.endpoints.push(Endpoint { addr: SocketAddr::new(ip, port), tls_name });
+                out.endpoints.push(Endpoint {
+                    addr: SocketAddr::new(ip, port),
+                    tls_name,
+                });
             }
         }
     }

@@ -45,27 +45,44 @@ struct ScriptState {
 
 impl Script {
     fn set(&self, name: &str, kind: Kind, reply: Reply) {
-        self.0.lock().expect("script lock").replies.insert((name.to_owned(), kind), reply);
+        self.0
+            .lock()
+            .expect("script lock")
+            .replies
+            .insert((name.to_owned(), kind), reply);
     }
 
     fn calls(&self, kind: Kind) -> Vec<Instant> {
         let state = self.0.lock().expect("script lock");
-        state.calls.iter().filter(|(_, _, k)| *k == kind).map(|(at, _, _)| *at).collect()
+        state
+            .calls
+            .iter()
+            .filter(|(_, _, k)| *k == kind)
+            .map(|(at, _, _)| *at)
+            .collect()
     }
 
     async fn reply(&self, name: &str, kind: Kind) -> Result<Reply, LookupError> {
         let reply = {
             let mut state = self.0.lock().expect("script lock");
             state.calls.push((Instant::now(), name.to_owned(), kind));
-            state.replies.get(&(name.to_owned(), kind)).cloned().unwrap_or(Reply::NxDomain)
+            state
+                .replies
+                .get(&(name.to_owned(), kind))
+                .cloned()
+                .unwrap_or(Reply::NxDomain)
         };
         match reply {
             Reply::NxDomain => Err(LookupError::NxDomain),
             Reply::NoData => Err(LookupError::NoData),
-            Reply::Fail => Err(LookupError::Failed(ResolveError::from("SERVFAIL (scripted)"))),
+            Reply::Fail => Err(LookupError::Failed(ResolveError::from(
+                "SERVFAIL (scripted)",
+            ))),
             Reply::Hang => {
                 sleep(Duration::from_secs(2)).await;
-                Err(LookupError::Failed(ResolveError::from("request timed out (scripted)")))
+                Err(LookupError::Failed(ResolveError::from(
+                    "request timed out (scripted)",
+                )))
             }
             other => Ok(other),
         }
@@ -74,10 +91,17 @@ impl Script {
 
 impl Resolve for Script {
     async fn ips(&self, name: &str, family: Family) -> Result<Answer<IpAddr>, LookupError> {
-        let kind = if family == Family::V4 { Kind::A } else { Kind::Aaaa };
+        let kind = if family == Family::V4 {
+            Kind::A
+        } else {
+            Kind::Aaaa
+        };
         match self.reply(name, kind).await? {
             Reply::Ips(ips, ttl) => Ok(Answer {
-                records: ips.iter().map(|ip| ip.parse().expect("scripted IP")).collect(),
+                records: ips
+                    .iter()
+                    .map(|ip| ip.parse().expect("scripted IP"))
+                    .collect(),
                 ttl,
             }),
             other => panic!("scripted {other:?} for an address query"),
@@ -89,7 +113,10 @@ impl Resolve for Script {
             Reply::Srv(records, ttl) => Ok(Answer {
                 records: records
                     .into_iter()
-                    .map(|(target, port)| Srv { target: target.to_owned(), port })
+                    .map(|(target, port)| Srv {
+                        target: target.to_owned(),
+                        port,
+                    })
                     .collect(),
                 ttl,
             }),
@@ -118,11 +145,17 @@ fn ips(list: &[&'static str]) -> Reply {
 
 fn ep(addr: &str) -> Endpoint {
     let addr: SocketAddr = addr.parse().expect("test address");
-    Endpoint { addr, tls_name: addr.ip().to_string() }
+    Endpoint {
+        addr,
+        tls_name: addr.ip().to_string(),
+    }
 }
 
 fn named(addr: &str, name: &str) -> Endpoint {
-    Endpoint { addr: addr.parse().expect("test address"), tls_name: name.to_owned() }
+    Endpoint {
+        addr: addr.parse().expect("test address"),
+        tls_name: name.to_owned(),
+    }
 }
 
 struct Running {
@@ -134,13 +167,26 @@ struct Running {
 impl Running {
     fn start(script: &Script, target: Target, opts: DiscoveryOptions) -> Self {
         let metrics = Metrics::new();
-        let (rx, task) = spawn_with(script.clone(), "api".to_owned(), target, opts, metrics.clone())
-            .expect("spawn inside a runtime");
+        let (rx, task) = spawn_with(
+            script.clone(),
+            "api".to_owned(),
+            target,
+            opts,
+            metrics.clone(),
+        )
+        .expect("spawn inside a runtime");
         Self { rx, task, metrics }
     }
 
     fn host(script: &Script) -> Self {
-        Self::start(script, Target::Host { name: NAME.to_owned(), port: 6385 }, options())
+        Self::start(
+            script,
+            Target::Host {
+                name: NAME.to_owned(),
+                port: 6385,
+            },
+            options(),
+        )
     }
 
     /// The next published set; fails the test if none comes within ten minutes of test time.
@@ -155,7 +201,10 @@ impl Running {
     /// Lets `span` of test time pass and asserts nothing was published meanwhile.
     async fn quiet_for(&mut self, span: Duration) {
         sleep(span).await;
-        assert!(!self.rx.has_changed().expect("the loop is running"), "unexpected publication");
+        assert!(
+            !self.rx.has_changed().expect("the loop is running"),
+            "unexpected publication"
+        );
     }
 
     fn current(&self) -> Vec<Endpoint> {
@@ -163,7 +212,9 @@ impl Running {
     }
 
     fn counts(&self) -> (u64, u64) {
-        let labels = UpstreamLabels { upstream: "api".to_owned() };
+        let labels = UpstreamLabels {
+            upstream: "api".to_owned(),
+        };
         (
             self.metrics.dns_resolutions.get_or_create(&labels).get(),
             self.metrics.dns_failures.get_or_create(&labels).get(),
@@ -177,10 +228,17 @@ async fn first_value_is_empty_then_the_set_arrives_sorted_and_deduplicated() {
     script.set(NAME, Kind::A, ips(&["10.0.0.3", "10.0.0.1", "10.0.0.1"]));
     script.set(NAME, Kind::Aaaa, ips(&["fd00::1"]));
     let mut run = Running::host(&script);
-    assert!(run.current().is_empty(), "spawn returns before the first resolution");
+    assert!(
+        run.current().is_empty(),
+        "spawn returns before the first resolution"
+    );
     assert_eq!(
         run.next().await,
-        [ep("10.0.0.1:6385"), ep("10.0.0.3:6385"), ep("[fd00::1]:6385")]
+        [
+            ep("10.0.0.1:6385"),
+            ep("10.0.0.3:6385"),
+            ep("[fd00::1]:6385")
+        ]
     );
     assert_eq!(run.counts(), (1, 0));
 }
@@ -197,7 +255,10 @@ async fn additions_and_removals_are_published_and_unchanged_answers_wake_nobody(
     script.set(NAME, Kind::A, ips(&["10.0.0.2", "10.0.0.1"]));
     let asked = Instant::now();
     assert_eq!(run.next().await, [ep("10.0.0.1:6385"), ep("10.0.0.2:6385")]);
-    assert!(asked.elapsed() <= REFRESH, "an addition shows within one refresh");
+    assert!(
+        asked.elapsed() <= REFRESH,
+        "an addition shows within one refresh"
+    );
 
     script.set(NAME, Kind::A, ips(&["10.0.0.2"]));
     assert_eq!(run.next().await, [ep("10.0.0.2:6385")]);
@@ -214,7 +275,11 @@ async fn failures_keep_the_last_set_and_are_counted() {
     script.set(NAME, Kind::Aaaa, Reply::Fail);
     run.quiet_for(REFRESH * 4 + Duration::from_secs(1)).await;
     assert_eq!(run.current(), known);
-    assert_eq!(run.counts(), (5, 4), "every attempt counted, every failed one too");
+    assert_eq!(
+        run.counts(),
+        (5, 4),
+        "every attempt counted, every failed one too"
+    );
 
     // A server that stops answering altogether: the same.
     script.set(NAME, Kind::A, Reply::Hang);
@@ -240,7 +305,10 @@ async fn a_failed_family_keeps_its_last_addresses_while_the_other_updates() {
 
     script.set(NAME, Kind::A, ips(&["10.0.0.2"]));
     script.set(NAME, Kind::Aaaa, Reply::Fail);
-    assert_eq!(run.next().await, [ep("10.0.0.2:6385"), ep("[fd00::1]:6385")]);
+    assert_eq!(
+        run.next().await,
+        [ep("10.0.0.2:6385"), ep("[fd00::1]:6385")]
+    );
     assert_eq!(run.counts().1, 1);
 }
 
@@ -284,8 +352,18 @@ async fn empty_answers_that_end_within_the_hold_do_not_flap() {
 async fn without_a_hold_an_empty_answer_empties_the_set_at_once() {
     let script = Script::default();
     script.set(NAME, Kind::A, ips(&["10.0.0.1"]));
-    let opts = DiscoveryOptions { hold_on_empty: Duration::ZERO, ..options() };
-    let mut run = Running::start(&script, Target::Host { name: NAME.to_owned(), port: 80 }, opts);
+    let opts = DiscoveryOptions {
+        hold_on_empty: Duration::ZERO,
+        ..options()
+    };
+    let mut run = Running::start(
+        &script,
+        Target::Host {
+            name: NAME.to_owned(),
+            port: 80,
+        },
+        opts,
+    );
     run.next().await;
     script.set(NAME, Kind::A, Reply::NxDomain);
     let asked = Instant::now();
@@ -296,18 +374,33 @@ async fn without_a_hold_an_empty_answer_empties_the_set_at_once() {
 #[tokio::test(start_paused = true)]
 async fn short_ttls_bring_the_next_resolution_forward_down_to_the_floor() {
     let script = Script::default();
-    script.set(NAME, Kind::A, Reply::Ips(vec!["10.0.0.1"], Duration::from_secs(2)));
+    script.set(
+        NAME,
+        Kind::A,
+        Reply::Ips(vec!["10.0.0.1"], Duration::from_secs(2)),
+    );
     let run = Running::host(&script);
     sleep(Duration::from_millis(9_500)).await;
     let calls = script.calls(Kind::A);
-    assert_eq!(calls.len(), 5, "every 2 s (TTL) rather than every 5 s (refresh)");
+    assert_eq!(
+        calls.len(),
+        5,
+        "every 2 s (TTL) rather than every 5 s (refresh)"
+    );
 
     script.set(NAME, Kind::A, Reply::Ips(vec!["10.0.0.1"], Duration::ZERO));
     sleep(Duration::from_secs(10)).await;
-    let gaps: Vec<Duration> =
-        script.calls(Kind::A).windows(2).skip(5).map(|w| w[1] - w[0]).collect();
+    let gaps: Vec<Duration> = script
+        .calls(Kind::A)
+        .windows(2)
+        .skip(5)
+        .map(|w| w[1] - w[0])
+        .collect();
     assert!(!gaps.is_empty());
-    assert!(gaps.iter().all(|gap| *gap == Duration::from_secs(1)), "TTL 0 floored: {gaps:?}");
+    assert!(
+        gaps.iter().all(|gap| *gap == Duration::from_secs(1)),
+        "TTL 0 floored: {gaps:?}"
+    );
     drop(run);
 }
 
@@ -319,13 +412,19 @@ async fn srv_targets_become_endpoints_named_after_the_target() {
         srv,
         Kind::Srv,
         Reply::Srv(
-            vec![("ironic-0.metal3.svc", 6385), ("ironic-1.metal3.svc", 6385), (".", 0)],
+            vec![
+                ("ironic-0.metal3.svc", 6385),
+                ("ironic-1.metal3.svc", 6385),
+                (".", 0),
+            ],
             LONG_TTL,
         ),
     );
     script.set("ironic-0.metal3.svc", Kind::A, ips(&["10.0.0.10"]));
     script.set("ironic-1.metal3.svc", Kind::A, ips(&["10.0.0.11"]));
-    let target = Target::Srv { name: srv.to_owned() };
+    let target = Target::Srv {
+        name: srv.to_owned(),
+    };
     let mut run = Running::start(&script, target, options());
     let both = vec![
         named("10.0.0.10:6385", "ironic-0.metal3.svc"),
@@ -344,7 +443,11 @@ async fn srv_targets_become_endpoints_named_after_the_target() {
     assert_eq!(run.counts().1, 4);
 
     // A target that leaves the SRV answer leaves the set.
-    script.set(srv, Kind::Srv, Reply::Srv(vec![("ironic-0.metal3.svc", 6385)], LONG_TTL));
+    script.set(
+        srv,
+        Kind::Srv,
+        Reply::Srv(vec![("ironic-0.metal3.svc", 6385)], LONG_TTL),
+    );
     assert_eq!(run.next().await, both[..1]);
 }
 
@@ -356,21 +459,45 @@ async fn the_loop_ends_when_every_receiver_is_gone() {
     run.next().await;
     let Running { rx, task, .. } = run;
     drop(rx);
-    tokio::time::timeout(REFRESH, task).await.expect("ends").expect("no panic");
+    tokio::time::timeout(REFRESH, task)
+        .await
+        .expect("ends")
+        .expect("no panic");
 }
 
 #[tokio::test]
 async fn a_zero_refresh_is_refused() {
-    let opts = DiscoveryOptions { refresh: Duration::ZERO, ..options() };
-    let target = Target::Host { name: NAME.to_owned(), port: 80 };
-    let err = spawn_with(Script::default(), "api".to_owned(), target, opts, Metrics::new());
+    let opts = DiscoveryOptions {
+        refresh: Duration::ZERO,
+        ..options()
+    };
+    let target = Target::Host {
+        name: NAME.to_owned(),
+        port: 80,
+    };
+    let err = spawn_with(
+        Script::default(),
+        "api".to_owned(),
+        target,
+        opts,
+        Metrics::new(),
+    );
     assert!(matches!(err, Err(DiscoveryError::ZeroRefresh)));
 }
 
 #[test]
 fn spawning_outside_a_runtime_is_an_error_not_a_panic() {
-    let target = Target::Host { name: NAME.to_owned(), port: 80 };
-    let err = spawn_with(Script::default(), "api".to_owned(), target, options(), Metrics::new());
+    let target = Target::Host {
+        name: NAME.to_owned(),
+        port: 80,
+    };
+    let err = spawn_with(
+        Script::default(),
+        "api".to_owned(),
+        target,
+        options(),
+        Metrics::new(),
+    );
     assert!(matches!(err, Err(DiscoveryError::NoRuntime(_))));
 }
 
@@ -378,14 +505,24 @@ fn spawning_outside_a_runtime_is_an_error_not_a_panic() {
 fn targets_parse() {
     assert_eq!(
         "ironic.metal3.svc:6385".parse::<Target>().expect("valid"),
-        Target::Host { name: "ironic.metal3.svc".to_owned(), port: 6385 }
+        Target::Host {
+            name: "ironic.metal3.svc".to_owned(),
+            port: 6385
+        }
     );
     assert_eq!(
-        "srv:_api._tcp.ironic.metal3.svc".parse::<Target>().expect("valid"),
-        Target::Srv { name: "_api._tcp.ironic.metal3.svc".to_owned() }
+        "srv:_api._tcp.ironic.metal3.svc"
+            .parse::<Target>()
+            .expect("valid"),
+        Target::Srv {
+            name: "_api._tcp.ironic.metal3.svc".to_owned()
+        }
     );
     assert_eq!(
-        "ironic.metal3.svc.cluster.local.:6385".parse::<Target>().expect("valid").to_string(),
+        "ironic.metal3.svc.cluster.local.:6385"
+            .parse::<Target>()
+            .expect("valid")
+            .to_string(),
         "ironic.metal3.svc.cluster.local.:6385"
     );
 }
@@ -393,17 +530,41 @@ fn targets_parse() {
 #[test]
 fn bad_targets_say_what_is_wrong() {
     let cases = [
-        ("ironic.metal3.svc", "expected NAME:PORT (A/AAAA records) or srv:NAME (SRV records)"),
-        ("ironic.metal3.svc:http", "port `http` is not a number in 1..=65535"),
-        ("ironic.metal3.svc:0", "port `0` is not a number in 1..=65535"),
-        ("ironic.metal3.svc:70000", "port `70000` is not a number in 1..=65535"),
-        ("srv:_api._tcp.ironic:6385", "an SRV target takes no port: the SRV records carry it"),
+        (
+            "ironic.metal3.svc",
+            "expected NAME:PORT (A/AAAA records) or srv:NAME (SRV records)",
+        ),
+        (
+            "ironic.metal3.svc:http",
+            "port `http` is not a number in 1..=65535",
+        ),
+        (
+            "ironic.metal3.svc:0",
+            "port `0` is not a number in 1..=65535",
+        ),
+        (
+            "ironic.metal3.svc:70000",
+            "port `70000` is not a number in 1..=65535",
+        ),
+        (
+            "srv:_api._tcp.ironic:6385",
+            "an SRV target takes no port: the SRV records carry it",
+        ),
         ("10.0.0.1:6385", "`dns` takes a DNS name, not an IP address"),
-        ("[fd00::1]:6385", "`dns` takes a DNS name, not an IP address"),
-        ("ironic..svc:6385", "not a valid DNS name: the name has an empty label"),
+        (
+            "[fd00::1]:6385",
+            "`dns` takes a DNS name, not an IP address",
+        ),
+        (
+            "ironic..svc:6385",
+            "not a valid DNS name: the name has an empty label",
+        ),
         (":6385", "not a valid DNS name: the name is empty"),
         ("srv:", "not a valid DNS name: the name is empty"),
-        ("iron ic.svc:6385", "not a valid DNS name: only letters, digits"),
+        (
+            "iron ic.svc:6385",
+            "not a valid DNS name: only letters, digits",
+        ),
     ];
     for (input, expected) in cases {
         let err = input.parse::<Target>().expect_err(input).to_string();
@@ -411,5 +572,9 @@ fn bad_targets_say_what_is_wrong() {
         assert!(err.contains(expected), "{input}: {err}");
     }
     let long = format!("{}.svc:80", "a".repeat(64));
-    assert!(long.parse::<Target>().expect_err("long label").to_string().contains("63"));
+    assert!(long
+        .parse::<Target>()
+        .expect_err("long label")
+        .to_string()
+        .contains("63"));
 }
