@@ -31,7 +31,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/ironic-proxy /usr/local/bin/ironic-proxy
-USER nonroot:nonroot
+# Numeric, so that kubelet can verify runAsNonRoot without a runAsUser in the pod spec.
+USER 65532:65532
 # API (6385), JSON-RPC (6189), admin (9901); the listeners are whatever the config says.
 EXPOSE 6385 6189 9901
 ENTRYPOINT ["/usr/local/bin/ironic-proxy"]
