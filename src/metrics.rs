@@ -92,12 +92,10 @@ impl Metrics {
         );
         let request_duration = Family::<ListenerLabels, Histogram>::new_with_constructor(
             (|| {
-                Histogram::new(
-                    [
-                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                        5.0, 10.0, 30.0, 120.0,
-                    ],
-                )
+                Histogram::new([
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0, 30.0, 120.0,
+                ])
             }) as fn() -> Histogram,
         );
         registry.register_with_unit(

@@ -5,13 +5,15 @@
 //! all listeners are bound. Shutdown order is documented in [`crate::listen`].
 
 use crate::admin::{self, IdentityCheck, Readiness};
-use crate::config::{Config, ListenAddr, TlsMode, UpstreamAddr};
+use crate::config::{Config, ListenAddr, TlsMode};
+use crate::discovery::{self, DiscoveryOptions, Target};
 use crate::identity::{self, Identity, IdentityError};
 use crate::listen::{self, ListenError, Listener};
 use crate::metrics::Metrics;
-use crate::proxy::upstream::Endpoint;
-use crate::proxy::{Proxy, Upstream};
+use crate::proxy::pool::{Pool, PoolOptions};
+use crate::proxy::Proxy;
 use crate::tls::{self, ReloadableServer, TlsError};
+use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +35,34 @@ pub enum ServerError {
     },
     #[error("listeners[{index}].upstream: {reason}")]
     Upstream { index: usize, reason: String },
+}
+
+/// `/readyz` needs a healthy endpoint in every upstream.
+struct PoolCheck(Arc<Pool>);
+
+impl admin::Check for PoolCheck {
+    fn check(&self) -> Result<(), String> {
+        self.0.is_ready()
+    }
+}
+
+/// The client TLS configuration for peers, following identity changes.
+fn peer_client_config(id: &Identity) -> Result<Arc<ArcSwap<rustls::ClientConfig>>, ServerError> {
+    let cfg = tls::peer::client_config(&id.current())
+        .map_err(|e| ServerError::Tls(TlsError::Config(e)))?;
+    let swap = Arc::new(ArcSwap::new(cfg));
+    let mut rx = id.subscribe();
+    let target = swap.clone();
+    tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let m = rx.borrow_and_update().clone();
+            match tls::peer::client_config(&m) {
+                Ok(c) => target.store(c),
+                Err(e) => tracing::warn!(error = %e, "keeping the previous peer TLS configuration"),
+            }
+        }
+    });
+    Ok(swap)
 }
 
 /// A started server.
@@ -65,27 +95,47 @@ impl Server {
         let mut listeners = Vec::new();
         let mut bound = Vec::new();
         for (index, lc) in config.listeners.iter().enumerate() {
-            let local = match &lc.upstream.local {
-                Some(addr) => Some(Arc::new(Endpoint::new(
-                    addr.clone(),
-                    None,
-                    config.limits.header_bytes,
-                ))),
+            let dns = match &lc.upstream.dns {
                 None => None,
+                Some(target) => {
+                    let err = |reason: String| ServerError::Upstream { index, reason };
+                    let target: Target = target
+                        .parse()
+                        .map_err(|e: discovery::DiscoveryError| err(e.to_string()))?;
+                    let opts = DiscoveryOptions {
+                        servers: config.dns.servers.clone(),
+                        refresh: config.dns.refresh,
+                        min_ttl: Duration::from_secs(1),
+                        hold_on_empty: config.dns.hold_on_empty,
+                    };
+                    let (rx, _task) =
+                        discovery::spawn(lc.name.clone(), target, opts, metrics.clone())
+                            .map_err(|e| err(e.to_string()))?;
+                    Some(rx)
+                }
             };
-            if local.is_none() {
-                return Err(ServerError::Upstream {
-                    index,
-                    reason: "DNS peers are not supported by this build yet; set local".into(),
-                });
-            }
-            if let Some(UpstreamAddr::Unix(_)) = &lc.upstream.local {
-                // A missing socket is fine at start: Ironic may come up after us (502 meanwhile).
-            }
-            let upstream = Upstream {
+            let peer_tls = match (lc.upstream.tls, &identity) {
+                (false, _) => None,
+                (true, None) => {
+                    return Err(ServerError::Upstream {
+                        index,
+                        reason: "tls = true needs an [identity]".into(),
+                    })
+                }
+                (true, Some(id)) => Some(peer_client_config(id)?),
+            };
+            let upstream = Pool::new(PoolOptions {
                 name: lc.name.clone(),
-                local,
-            };
+                local: lc.upstream.local.clone(),
+                dns,
+                peer_tls,
+                balance: lc.upstream.balance,
+                health: lc.upstream.health.clone(),
+                retries: lc.upstream.retries,
+                max_response_head: config.limits.header_bytes,
+                metrics: metrics.clone(),
+            });
+            readiness.add(Box::new(PoolCheck(upstream.clone())));
             let proxy = Arc::new(Proxy::new(
                 &lc.name,
                 upstream,

@@ -702,19 +702,8 @@ fn upstream_from_raw(v: toml::Value, path: &str, f: &mut Fields) -> Option<Upstr
         .as_deref()
         .and_then(|s| f.parse::<UpstreamAddr>(&format!("{path}.local"), s));
     if let Some(dns) = &raw.dns {
-        let ok = match dns.strip_prefix("srv:") {
-            Some(name) => name.starts_with('_') && name.contains('.'),
-            None => dns
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0)),
-        };
-        if !ok {
-            f.push(
-                format!("{path}.dns"),
-                msg(format!(
-                    "{dns:?} is not \"name:port\" or \"srv:_service._proto.name\""
-                )),
-            );
+        if let Err(e) = dns.parse::<crate::discovery::Target>() {
+            f.push(format!("{path}.dns"), Box::new(e));
         }
     }
     if raw.local.is_none() && raw.dns.is_none() {

@@ -10,6 +10,7 @@ pub mod body;
 mod error;
 pub mod headers;
 mod log;
+pub mod pool;
 pub mod upstream;
 
 pub use error::{json_response, Blame, ProxyError};
@@ -24,10 +25,10 @@ use http::{header, HeaderValue, Request, Response, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use pool::{Pool, Slot};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::time::Instant;
-use upstream::Endpoint;
 
 /// Bodies up to this size (with a known length) are buffered before forwarding.
 pub const BUFFER_LIMIT: u64 = 64 * 1024;
@@ -44,28 +45,16 @@ pub struct ConnInfo {
     pub tls: bool,
 }
 
-/// Where a listener's requests go.
-pub struct Upstream {
-    pub name: String,
-    pub local: Option<Arc<Endpoint>>,
-}
-
-impl Upstream {
-    fn pick(&self) -> Option<Arc<Endpoint>> {
-        self.local.clone()
-    }
-}
-
 /// One listener's forwarding service.
 pub struct Proxy {
     listener: Arc<str>,
-    upstream: Upstream,
+    upstream: Arc<Pool>,
     limits: Limits,
     metrics: Metrics,
 }
 
 impl Proxy {
-    pub fn new(listener: &str, upstream: Upstream, limits: Limits, metrics: Metrics) -> Self {
+    pub fn new(listener: &str, upstream: Arc<Pool>, limits: Limits, metrics: Metrics) -> Self {
         Self {
             listener: listener.into(),
             upstream,
@@ -138,6 +127,7 @@ impl Proxy {
             ))),
         };
 
+        let via_proxy = headers::came_through_proxy(&parts.headers);
         let host = parts
             .headers
             .get(header::HOST)
@@ -158,31 +148,131 @@ impl Proxy {
             }
         }
         parts.version = Version::HTTP_11;
-        let out = Request::from_parts(parts, body);
+        self.send_with_retries(parts, body, via_proxy, &cut).await
+    }
 
-        let endpoint = self.upstream.pick().ok_or(ProxyError::NoUpstream)?;
-        let sent = tokio::time::timeout(self.limits.upstream_timeout, endpoint.send(out)).await;
-        let mut resp = match sent {
-            Err(_) => return Err(ProxyError::GatewayTimeout),
-            Ok(Err(e)) => {
-                if let Some(e) = cut_error(&cut, max) {
-                    return Err(e);
+    /// Sends to the picked endpoint, retrying on another one as DESIGN allows: any request that
+    /// failed before a byte reached an upstream (connect refused or timed out, TLS failure), and
+    /// GET, HEAD and OPTIONS also after a reset, a timeout or a 502/503/504 answer; never a
+    /// streamed body, never past `upstream_timeout` counted from the first try.
+    async fn send_with_retries(
+        &self,
+        parts: http::request::Parts,
+        mut body: RequestBody,
+        via_proxy: bool,
+        cut: &CutSlot,
+    ) -> Result<(Response<ResponseBody>, String), ProxyError> {
+        let deadline = Instant::now() + self.limits.upstream_timeout;
+        let replayable_method = headers::is_replayable(&parts.method);
+        let mut tried: Vec<Slot> = Vec::new();
+        let mut last_err: Option<ProxyError> = None;
+        let max = self.limits.max_body_bytes;
+        loop {
+            let Some((slot, member)) = self.upstream.pick(&tried, via_proxy) else {
+                return Err(last_err.unwrap_or(ProxyError::NoUpstream));
+            };
+            tried.push(slot);
+            let attempts_left = tried.len() <= self.upstream.retries as usize;
+            let spare = body.try_clone();
+            let mut req = Request::from_parts(
+                parts.clone(),
+                std::mem::replace(&mut body, RequestBody::empty()),
+            );
+            *req.extensions_mut() = http::Extensions::new();
+            let endpoint = &member.endpoint;
+            let outcome = tokio::time::timeout_at(deadline, endpoint.send(req)).await;
+            let (err, retry_ok) = match outcome {
+                Err(_) => {
+                    member.health.record_passive_failure(Instant::now());
+                    (ProxyError::GatewayTimeout, false)
                 }
-                return Err(ProxyError::BadGateway(format!(
-                    "{}: {}",
-                    endpoint.name,
-                    error_chain(&e)
-                )));
+                Ok(Err(e)) => {
+                    if let Some(e) = cut_error(cut, max) {
+                        return Err(e);
+                    }
+                    member.health.record_passive_failure(Instant::now());
+                    self.count_peer_tls_failure(&e);
+                    let before_send = e.is_connect();
+                    (
+                        ProxyError::BadGateway(format!("{}: {}", endpoint.name, error_chain(&e))),
+                        before_send || replayable_method,
+                    )
+                }
+                Ok(Ok(resp)) => {
+                    let status = resp.status().as_u16();
+                    let gateway_error = matches!(status, 502..=504);
+                    if gateway_error {
+                        member.health.record_passive_failure(Instant::now());
+                    } else {
+                        member.health.record_passive_success();
+                    }
+                    let more = spare.is_some() && attempts_left && Instant::now() < deadline;
+                    if !(gateway_error && replayable_method && more) {
+                        let mut resp = resp;
+                        let version = resp.version();
+                        headers::rewrite_response(resp.headers_mut(), version);
+                        let (p, b) = resp.into_parts();
+                        return Ok((
+                            Response::from_parts(p, ResponseBody::upstream(b)),
+                            endpoint.name.clone(),
+                        ));
+                    }
+                    tracing::info!(upstream = %self.upstream.name, endpoint = %endpoint.name, status, "retrying on another endpoint");
+                    (
+                        ProxyError::BadGateway(format!("{}: answered {status}", endpoint.name)),
+                        true,
+                    )
+                }
+            };
+            match spare {
+                Some(again) if retry_ok && attempts_left && Instant::now() < deadline => {
+                    self.metrics
+                        .upstream_retries
+                        .get_or_create(&crate::metrics::UpstreamLabels {
+                            upstream: self.upstream.name.clone(),
+                        })
+                        .inc();
+                    body = again;
+                    last_err = Some(err);
+                }
+                _ => return Err(err),
             }
-            Ok(Ok(resp)) => resp,
-        };
-        let version = resp.version();
-        headers::rewrite_response(resp.headers_mut(), version);
-        let (parts, body) = resp.into_parts();
-        Ok((
-            Response::from_parts(parts, ResponseBody::upstream(body)),
-            endpoint.name.clone(),
-        ))
+        }
+    }
+
+    fn count_peer_tls_failure(&self, e: &hyper_util::client::legacy::Error) {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+        while let Some(c) = cur {
+            let tls = c
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|i| i.downcast_ref::<rustls::Error>())
+                .or_else(|| c.downcast_ref::<rustls::Error>());
+            if let Some(t) = tls {
+                let reason = match t {
+                    rustls::Error::InvalidCertificate(
+                        rustls::CertificateError::NotValidForName
+                        | rustls::CertificateError::NotValidForNameContext { .. },
+                    ) => "name_mismatch",
+                    rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+                        "unknown_issuer"
+                    }
+                    rustls::Error::InvalidCertificate(_) => "bad_certificate",
+                    rustls::Error::AlertReceived(_) => "alert_received",
+                    _ => "other",
+                };
+                tracing::warn!(upstream = %self.upstream.name, reason, error = %t, "peer TLS failed");
+                self.metrics
+                    .peer_tls_failures
+                    .get_or_create(&crate::metrics::PeerTlsLabels {
+                        upstream: self.upstream.name.clone(),
+                        reason,
+                    })
+                    .inc();
+                return;
+            }
+            cur = c.source();
+        }
     }
 }
 

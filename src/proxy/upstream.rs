@@ -232,6 +232,35 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// One active health check: `GET path`, healthy on 2xx or 3xx. Not counted in flight.
+    pub async fn probe(&self, path: &str) -> bool {
+        let Ok(req) = http::Request::get(format!("{}{path}", self.base))
+            .header(http::header::HOST, self.authority())
+            .header(http::header::USER_AGENT, "ironic-proxy-health")
+            .body(RequestBody::empty())
+        else {
+            return false;
+        };
+        match self.client.request(req).await {
+            Ok(resp) => {
+                let ok = resp.status().is_success() || resp.status().is_redirection();
+                // Drain the body so the connection goes back to the pool.
+                let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+                ok
+            }
+            Err(e) => {
+                tracing::debug!(endpoint = %self.name, error = %crate::proxy::error_chain(&e), "health check failed");
+                false
+            }
+        }
+    }
+
+    fn authority(&self) -> String {
+        self.base.trim_start_matches("http://").to_owned()
+    }
+}
+
 struct InFlight<'a>(&'a AtomicUsize);
 
 impl Drop for InFlight<'_> {

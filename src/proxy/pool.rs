@@ -1,0 +1,287 @@
+//! An upstream's endpoints: the optional `local` one, preferred while healthy, and the peers
+//! found through DNS, with their health and the rules for picking and retrying.
+//!
+//! - Peers come from the discovery loop; on every change the set is rebuilt, keeping the
+//!   [`Peer`] (pool, health, checker) of every address that remains, so health carries over.
+//!   A new peer takes traffic only after its first active check passes.
+//! - `local` is used while available; when it is the only endpoint it is always tried (a
+//!   refused connect then answers 502, the status DESIGN gives a sidecar whose Ironic restarts).
+//! - Loop safety: a request that already came through an ironic-proxy (`Via`) only goes to
+//!   `local`, never to a peer again.
+
+use super::upstream::Endpoint;
+use crate::balance::{run_checks, Health, HealthOptions, Load, Picker};
+use crate::config::{HealthConfig, UpstreamAddr};
+use crate::discovery::{self, EndpointSet};
+use crate::metrics::{EndpointLabels, Metrics};
+use crate::tls::peer::PeerTls;
+use arc_swap::ArcSwap;
+use rustls::ClientConfig;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// One endpoint with its health.
+pub struct Member {
+    pub endpoint: Arc<Endpoint>,
+    pub health: Arc<Health>,
+    checker: Option<JoinHandle<()>>,
+    /// The discovered address, for peers.
+    key: Option<discovery::Endpoint>,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(c) = &self.checker {
+            c.abort();
+        }
+    }
+}
+
+impl Load for Arc<Member> {
+    fn in_flight(&self) -> usize {
+        self.endpoint.in_flight()
+    }
+
+    fn is_available(&self, now: Instant) -> bool {
+        self.health.is_available(now)
+    }
+}
+
+/// Where a pick came from, for retry bookkeeping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    Local,
+    Peer(usize),
+}
+
+pub struct Pool {
+    pub name: String,
+    local: Option<Arc<Member>>,
+    peers: ArcSwap<Vec<Arc<Member>>>,
+    has_dns: bool,
+    picker: Picker,
+    pub retries: u32,
+}
+
+/// How to build the pool's endpoints.
+pub struct PoolOptions {
+    pub name: String,
+    pub local: Option<UpstreamAddr>,
+    pub dns: Option<watch::Receiver<EndpointSet>>,
+    pub peer_tls: Option<Arc<ArcSwap<ClientConfig>>>,
+    pub balance: crate::config::Balance,
+    pub health: HealthConfig,
+    pub retries: u32,
+    pub max_response_head: usize,
+    pub metrics: Metrics,
+}
+
+fn health_options(h: &HealthConfig) -> HealthOptions {
+    HealthOptions {
+        path: h.path.clone(),
+        interval: h.interval,
+        timeout: h.timeout,
+        unhealthy_after: h.unhealthy_after,
+        healthy_after: h.healthy_after,
+    }
+}
+
+fn spawn_checker(
+    endpoint: &Arc<Endpoint>,
+    health: &Arc<Health>,
+    h: &HealthConfig,
+) -> JoinHandle<()> {
+    let ep = endpoint.clone();
+    let path = h.path.clone();
+    let span = tracing::info_span!("health", endpoint = %endpoint.name);
+    let fut = run_checks(health.clone(), health_options(h), move || {
+        let ep = ep.clone();
+        let path = path.clone();
+        async move { ep.probe(&path).await }
+    });
+    tokio::spawn(tracing::Instrument::instrument(fut, span))
+}
+
+impl Pool {
+    pub fn new(opts: PoolOptions) -> Arc<Self> {
+        let has_dns = opts.dns.is_some();
+        let local = opts.local.map(|addr| {
+            let endpoint = Arc::new(Endpoint::new(addr, None, opts.max_response_head));
+            if has_dns {
+                // With peers to fall back to, local is health-checked like them, but starts
+                // available so the first requests need not wait for a check.
+                let health = Arc::new(Health::passive_only());
+                let checker = Some(spawn_checker(&endpoint, &health, &opts.health));
+                Arc::new(Member {
+                    endpoint,
+                    health,
+                    checker,
+                    key: None,
+                })
+            } else {
+                Arc::new(Member {
+                    endpoint,
+                    health: Arc::new(Health::passive_only()),
+                    checker: None,
+                    key: None,
+                })
+            }
+        });
+        let pool = Arc::new(Self {
+            name: opts.name.clone(),
+            local,
+            peers: ArcSwap::from_pointee(Vec::new()),
+            has_dns,
+            picker: Picker::new(match opts.balance {
+                crate::config::Balance::LeastRequest => crate::balance::Policy::LeastRequest,
+                crate::config::Balance::RoundRobin => crate::balance::Policy::RoundRobin,
+            }),
+            retries: opts.retries,
+        });
+        if let Some(rx) = opts.dns {
+            tokio::spawn(follow(
+                Arc::downgrade(&pool),
+                rx,
+                opts.peer_tls,
+                opts.health,
+                opts.max_response_head,
+            ));
+        }
+        tokio::spawn(report(Arc::downgrade(&pool), opts.metrics));
+        pool
+    }
+
+    /// Picks the next endpoint for a request, given the slots already tried.
+    pub fn pick(&self, tried: &[Slot], via_proxy: bool) -> Option<(Slot, Arc<Member>)> {
+        let now = Instant::now();
+        if let Some(local) = &self.local {
+            let untried = !tried.contains(&Slot::Local);
+            let alone = !self.has_dns || via_proxy;
+            if untried && (alone || local.health.is_available(now)) {
+                return Some((Slot::Local, local.clone()));
+            }
+        }
+        if via_proxy {
+            return None;
+        }
+        let peers = self.peers.load();
+        let exclude: Vec<usize> = tried
+            .iter()
+            .filter_map(|s| {
+                if let Slot::Peer(i) = s {
+                    Some(*i)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let i = self.picker.pick(&peers, &exclude, now)?;
+        Some((Slot::Peer(i), peers[i].clone()))
+    }
+
+    /// Whether some endpoint can take a request now (for `/readyz`).
+    pub fn is_ready(&self) -> Result<(), String> {
+        let now = Instant::now();
+        if let Some(local) = &self.local {
+            if !self.has_dns || local.health.is_available(now) {
+                return Ok(());
+            }
+        }
+        if self.peers.load().iter().any(|p| p.is_available(now)) {
+            return Ok(());
+        }
+        Err(format!("upstream {}: no healthy endpoint", self.name))
+    }
+
+    fn counts(&self) -> [(&'static str, i64); 3] {
+        let mut c = [("healthy", 0), ("unhealthy", 0), ("ejected", 0)];
+        let peers = self.peers.load();
+        for m in self.local.iter().chain(peers.iter()) {
+            let s = m.health.state();
+            if let Some(e) = c.iter_mut().find(|(n, _)| *n == s) {
+                e.1 += 1;
+            }
+        }
+        c
+    }
+}
+
+/// Rebuilds the peer set on every discovery change, carrying members over.
+async fn follow(
+    pool: std::sync::Weak<Pool>,
+    mut rx: watch::Receiver<EndpointSet>,
+    tls: Option<Arc<ArcSwap<ClientConfig>>>,
+    health: HealthConfig,
+    max_head: usize,
+) {
+    loop {
+        let set = rx.borrow_and_update().clone();
+        let Some(p) = pool.upgrade() else { return };
+        let old = p.peers.load_full();
+        let mut next = Vec::with_capacity(set.len());
+        for d in set.iter() {
+            if let Some(m) = old.iter().find(|m| m.key.as_ref() == Some(d)) {
+                next.push(m.clone());
+                continue;
+            }
+            let peer_tls = match &tls {
+                None => None,
+                Some(cfg) => match rustls_pki_types::ServerName::try_from(d.tls_name.clone()) {
+                    Ok(name) => Some(PeerTls::new(cfg.clone(), name)),
+                    Err(e) => {
+                        tracing::warn!(upstream = %p.name, peer = %d.addr, error = %e, "peer name unusable for TLS; skipping");
+                        continue;
+                    }
+                },
+            };
+            let addr = UpstreamAddr::Tcp {
+                host: d.addr.ip().to_string(),
+                port: d.addr.port(),
+            };
+            let endpoint = Arc::new(Endpoint::new(addr, peer_tls, max_head));
+            let h = Arc::new(Health::new(health.healthy_after, health.unhealthy_after));
+            let checker = Some(spawn_checker(&endpoint, &h, &health));
+            next.push(Arc::new(Member {
+                endpoint,
+                health: h,
+                checker,
+                key: Some(d.clone()),
+            }));
+        }
+        let added = next
+            .iter()
+            .filter(|m| !old.iter().any(|o| Arc::ptr_eq(o, m)))
+            .count();
+        let removed = old
+            .iter()
+            .filter(|o| !next.iter().any(|m| Arc::ptr_eq(o, m)))
+            .count();
+        tracing::info!(upstream = %p.name, peers = next.len(), added, removed, "peer set changed");
+        p.peers.store(Arc::new(next));
+        drop(p);
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Publishes endpoint counts by state every second.
+async fn report(pool: std::sync::Weak<Pool>, metrics: Metrics) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Some(p) = pool.upgrade() else { return };
+        for (state, n) in p.counts() {
+            metrics
+                .upstream_endpoints
+                .get_or_create(&EndpointLabels {
+                    upstream: p.name.clone(),
+                    state,
+                })
+                .set(n);
+        }
+    }
+}
