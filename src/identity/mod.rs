@@ -1,1 +1,3 @@
 //! identity (under construction)
+
+pub mod export;
