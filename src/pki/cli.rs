@@ -70,7 +70,8 @@ pub struct CertIssueArgs {
     /// CA private key (PEM: PKCS#8, SEC1 or PKCS#1).
     #[arg(long, value_name = "FILE")]
     pub ca_key: PathBuf,
-    /// DNS name SAN. Repeatable; the first one is also the subject CN.
+    /// DNS name SAN. Repeatable; the first one is also the subject CN (a leaf with IP
+    /// addresses only has an empty subject).
     #[arg(long, value_name = "NAME")]
     pub dns: Vec<String>,
     /// IP address SAN. Repeatable.
