@@ -210,6 +210,7 @@ pub fn current_generation(dir: &Path) -> io::Result<PathBuf> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the failure report
 mod tests {
     use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt;

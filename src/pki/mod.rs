@@ -22,7 +22,9 @@ mod constraints;
 mod issuer;
 mod leaf;
 mod summary;
+// Tests assert with `unwrap`: a panic there is the failure report.
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests;
 
 use std::path::PathBuf;
