@@ -53,7 +53,12 @@ pub struct ExportOptions {
 ///
 /// See the module documentation for the layout and what readers are guaranteed. Names must be
 /// plain file names (no `/`, not starting with `.`). User-visible links of names that are no
-/// longer exported are removed. On error the previous generation stays published.
+/// longer exported are removed.
+///
+/// If writing the new generation fails, its partial directory is removed and the previous
+/// generation stays published. An error after the swap (a visible name occupied by a
+/// directory, cleanup failing) leaves the new generation published under `..data`. Only one
+/// writer may work on a directory at a time; the caller serialises (one identity task does).
 pub fn write_atomic(dir: &Path, files: &[(&str, &[u8])], opts: &ExportOptions) -> io::Result<()> {
     for (name, _) in files {
         check_name(name)?;

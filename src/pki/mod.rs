@@ -14,7 +14,7 @@
 //! - Every leaf is ECDSA P-256 with a fresh key, `serverAuth` + `clientAuth`, `digitalSignature`,
 //!   `CA:FALSE`, a random positive serial, and `notBefore` backdated by a minute for clock skew.
 //!
-//! Keys are written by the CLI with mode 0600 from the moment the file exists; see [`cli`].
+//! Keys are written by the CLI with mode 0600 from the moment the file exists (see [`run_ca`]).
 
 mod ca;
 mod cli;

@@ -411,3 +411,28 @@ fn issuer_debug_never_shows_the_key() {
         "{debug}"
     );
 }
+
+#[test]
+fn wildcard_leaf_inside_constraints_verifies_with_webpki() {
+    let issuer = ca(&["metal3.svc"], &["10.0.0.0/8"]);
+    let leaf = issue_leaf(&issuer, &request(&["*.ironic.metal3.svc"], &[])).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(issuer.cert_der().clone()).unwrap();
+    let server =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .unwrap();
+    let name = ServerName::try_from("p0.ironic.metal3.svc").unwrap();
+    server
+        .verify_server_cert(&leaf.cert_der, &[], &name, &[], UnixTime::now())
+        .unwrap();
+}
+
+#[test]
+fn issuer_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Issuer>();
+    assert_send_sync::<IssuedLeaf>();
+    assert_send_sync::<PkiError>();
+}
