@@ -85,18 +85,12 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("ironic_proxy");
         let requests = Family::default();
-        registry.register(
-            "requests",
-            "Requests by listener and status class",
-            requests.clone(),
-        );
+        registry.register("requests", "Requests by listener and status class", requests.clone());
         let request_duration = Family::<ListenerLabels, Histogram>::new_with_constructor(
             (|| {
                 Histogram::new(
-                    [
-                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                        5.0, 10.0, 30.0, 120.0,
-                    ]
+                    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                        5.0, 10.0, 30.0, 120.0]
                     .into_iter(),
                 )
             }) as fn() -> Histogram,
@@ -170,17 +164,9 @@ impl Metrics {
             reload_failures.clone(),
         );
         let dns_resolutions = Family::default();
-        registry.register(
-            "dns_resolutions",
-            "DNS resolutions",
-            dns_resolutions.clone(),
-        );
+        registry.register("dns_resolutions", "DNS resolutions", dns_resolutions.clone());
         let dns_failures = Family::default();
-        registry.register(
-            "dns_failures",
-            "Failed DNS resolutions",
-            dns_failures.clone(),
-        );
+        registry.register("dns_failures", "Failed DNS resolutions", dns_failures.clone());
         Self {
             registry: Arc::new(registry),
             requests,
