@@ -10,6 +10,7 @@
 //!   symlink) and on SIGHUP;
 //! - self-issued leaves from the operator CA (`issuer_cert`/`issuer_key`), see [`rotate`].
 
+pub mod export;
 mod load;
 pub mod rotate;
 
