@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ironic_proxy::config::{Config, ProcessEnv};
+use ironic_proxy::pki;
 use ironic_proxy::server::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,12 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Operator CA: `ca init`.
+    #[command(subcommand)]
+    Ca(pki::CaCommand),
+    /// Leaf certificates: `cert issue`, `cert show`.
+    #[command(subcommand)]
+    Cert(pki::CertCommand),
 }
 
 fn main() -> ExitCode {
@@ -61,11 +68,14 @@ fn main() -> ExitCode {
             run(config)
         }
         Command::Check { config } => check(&config),
+        Command::Ca(cmd) => pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
+        Command::Cert(cmd) => pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
     }
 }
 
-fn fail(e: &dyn std::fmt::Display) -> ExitCode {
-    eprintln!("ironic-proxy: {e}");
+/// One line on stderr with the whole cause chain, exit 1.
+fn fail(e: &dyn std::error::Error) -> ExitCode {
+    eprintln!("ironic-proxy: {}", ironic_proxy::proxy::error_chain(e));
     ExitCode::from(1)
 }
 
