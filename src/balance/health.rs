@@ -72,11 +72,13 @@ pub struct Health {
 impl Health {
     /// For an endpoint with active checks: unavailable until its first check passes.
     /// Thresholds of 0 count as 1.
+    #[must_use]
     pub fn new(healthy_after: u32, unhealthy_after: u32) -> Self {
         Self::starting(Verdict::Pending, healthy_after, unhealthy_after)
     }
 
     /// For an endpoint without active checks: available until passive ejection says otherwise.
+    #[must_use]
     pub fn passive_only() -> Self {
         Self::starting(Verdict::Healthy, 1, 1)
     }

@@ -69,6 +69,7 @@ pub struct Picker {
 }
 
 impl Picker {
+    #[must_use]
     pub fn new(policy: Policy) -> Self {
         Self {
             policy,

@@ -195,6 +195,12 @@ pub enum TargetError {
 /// Returns at once: the receiver holds an empty set until the first resolution completes, and
 /// its value changes only when the set changes. `upstream_name` labels the metrics and logs.
 /// The task ends when every receiver is dropped; aborting the handle also stops it.
+///
+/// # Errors
+///
+/// [`DiscoveryError::SystemConfig`] when `opts.servers` is empty and the system configuration
+/// cannot be read, [`DiscoveryError::ZeroRefresh`], and [`DiscoveryError::NoRuntime`] outside
+/// a tokio runtime. DNS failures after the start are never errors: see the module docs.
 pub fn spawn(
     upstream_name: String,
     target: Target,

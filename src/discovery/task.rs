@@ -28,6 +28,8 @@ pub(super) struct Loop<R> {
     tx: watch::Sender<EndpointSet>,
     /// When the answers became empty while the published set was not; `None` when not holding.
     empty_since: Option<Instant>,
+    /// Consecutive failed attempts.
+    failing: u64,
 }
 
 impl<R: Resolve> Loop<R> {
@@ -51,6 +53,7 @@ impl<R: Resolve> Loop<R> {
             labels,
             tx,
             empty_since: None,
+            failing: 0,
         }
     }
 
@@ -66,20 +69,7 @@ impl<R: Resolve> Loop<R> {
                 outcome = resolve(&self.resolver, &self.target, &last) => outcome,
                 () = self.tx.closed() => return,
             };
-            if !outcome.failures.is_empty() {
-                self.metrics.dns_failures.get_or_create(&self.labels).inc();
-                let failures: Vec<String> = outcome
-                    .failures
-                    .iter()
-                    .map(|(query, err)| format!("{query}: {err}"))
-                    .collect();
-                warn!(
-                    upstream = %self.upstream,
-                    target = %self.target,
-                    failures = %failures.join("; "),
-                    "DNS resolution failed; keeping the last known endpoints for what failed",
-                );
-            }
+            self.report(&outcome.failures);
             let now = Instant::now();
             self.settle(outcome.endpoints, now);
             let delay = self.next_delay(outcome.ttl, now);
@@ -88,6 +78,43 @@ impl<R: Resolve> Loop<R> {
                 () = tokio::time::sleep_until(started + delay) => {}
                 () = self.tx.closed() => return,
             }
+        }
+    }
+
+    /// Counts a failed attempt; warns at the first of a run of failures and when it ends, so a
+    /// long DNS outage is one warning, not one per refresh (the counter has the rest).
+    fn report(&mut self, failures: &[(String, LookupError)]) {
+        if failures.is_empty() {
+            if self.failing > 0 {
+                info!(
+                    upstream = %self.upstream,
+                    target = %self.target,
+                    failed_attempts = self.failing,
+                    "DNS resolution recovered",
+                );
+                self.failing = 0;
+            }
+            return;
+        }
+        self.metrics.dns_failures.get_or_create(&self.labels).inc();
+        self.failing += 1;
+        let failures: Vec<String> = failures
+            .iter()
+            .map(|(query, err)| format!("{query}: {err}"))
+            .collect();
+        if self.failing == 1 {
+            warn!(
+                upstream = %self.upstream,
+                target = %self.target,
+                failures = %failures.join("; "),
+                "DNS resolution failed; keeping the last known endpoints for what failed",
+            );
+        } else {
+            debug!(
+                upstream = %self.upstream,
+                failures = %failures.join("; "),
+                "DNS resolution still failing",
+            );
         }
     }
 
@@ -198,9 +225,14 @@ pub(super) async fn resolve<R: Resolve>(
                 for srv in answer.records.iter().filter(|srv| srv.target != ".") {
                     targets.entry(&srv.target).or_default().push(srv.port);
                 }
-                let lookups = targets
+                // SRV targets are absolute names: no search domains (RFC 2782).
+                let fqdns: Vec<(String, &str, &Vec<u16>)> = targets
                     .iter()
-                    .map(|(host, ports)| addresses(resolver, host, ports, Some(host), last));
+                    .map(|(host, ports)| (format!("{host}."), *host, ports))
+                    .collect();
+                let lookups = fqdns
+                    .iter()
+                    .map(|(fqdn, host, ports)| addresses(resolver, fqdn, ports, Some(host), last));
                 for partial in join_all(lookups).await {
                     out.absorb(partial);
                 }

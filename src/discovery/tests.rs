@@ -420,8 +420,8 @@ async fn srv_targets_become_endpoints_named_after_the_target() {
             LONG_TTL,
         ),
     );
-    script.set("ironic-0.metal3.svc", Kind::A, ips(&["10.0.0.10"]));
-    script.set("ironic-1.metal3.svc", Kind::A, ips(&["10.0.0.11"]));
+    script.set("ironic-0.metal3.svc.", Kind::A, ips(&["10.0.0.10"]));
+    script.set("ironic-1.metal3.svc.", Kind::A, ips(&["10.0.0.11"]));
     let target = Target::Srv {
         name: srv.to_owned(),
     };
@@ -433,7 +433,7 @@ async fn srv_targets_become_endpoints_named_after_the_target() {
     assert_eq!(run.next().await, both);
 
     // A target whose addresses cannot be resolved keeps its last ones.
-    script.set("ironic-1.metal3.svc", Kind::A, Reply::Fail);
+    script.set("ironic-1.metal3.svc.", Kind::A, Reply::Fail);
     run.quiet_for(REFRESH * 2 + Duration::from_secs(1)).await;
     assert_eq!(run.counts().1, 2);
 
