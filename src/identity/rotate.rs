@@ -1,25 +1,245 @@
-//! Self-issued identity from the operator CA: issue at start, renew before expiry.
+//! Self-issued identity from the operator CA: a fresh key pair in memory, a leaf for exactly the
+//! configured SANs, checked against our own trust bundle before it is published, renewed at
+//! `validity - renew_before` (minus up to 10 % of `renew_before` as jitter, so a fleet started
+//! together does not renew together), and re-issued at once when the issuer or trust files
+//! change (CA rotation) or on SIGHUP.
+//!
+//! A failed renewal retries with exponential backoff (1 s .. 60 s) and keeps serving the current
+//! certificate; `/readyz` fails only once no valid certificate is left. The private key lives in
+//! memory and in `export_dir` only.
 
-use crate::config::{IdentityConfig, IssuerConfig};
-use crate::metrics::Metrics;
+use super::export::{write_atomic, ExportOptions};
+use super::{load_trust, record_expiry, LoadError, Material};
+use crate::config::{ExportConfig, IdentityConfig, IssuerConfig};
+use crate::metrics::{Metrics, ReloadLabels};
+use crate::pki::{issue_leaf, Issuer, LeafRequest, PkiError};
+use rustls::client::danger::ServerCertVerifier;
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 use tokio::sync::{watch, Notify};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RotateError {
-    #[error("identity.issuer_cert: self-issued identity is not available in this build yet")]
-    Unavailable,
+    #[error("identity.issuer_cert/issuer_key: {0}")]
+    Issuer(#[source] PkiError),
+    #[error("identity.dns_names/ip_addresses: {0}")]
+    Issue(#[source] PkiError),
+    #[error(transparent)]
+    Trust(#[from] LoadError),
+    #[error("identity: the issued certificate does not verify against identity.trust: {0}")]
+    Verify(#[source] rustls::Error),
+    #[error("identity: {0}")]
+    Tls(#[source] rustls::Error),
+    #[error("identity.export_dir {dir}: {source}")]
+    Export {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Issues one generation: leaf + key + trust, verified as a client and as a server certificate.
+pub fn issue(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<Material, RotateError> {
+    let issuer =
+        Issuer::from_files(&ic.issuer_cert, &ic.issuer_key).map_err(RotateError::Issuer)?;
+    let (roots, trust_pem) = load_trust(&cfg.trust)?;
+    let req = LeafRequest {
+        dns_names: ic.dns_names.clone(),
+        ip_addresses: ic.ip_addresses.clone(),
+        validity: ic.validity,
+    };
+    let leaf = issue_leaf(&issuer, &req).map_err(RotateError::Issue)?;
+    // Send the issuer along unless it is a root (then every verifier already has it).
+    let self_signed = x509_parser::parse_x509_certificate(issuer.cert_der())
+        .is_ok_and(|(_, c)| c.subject() == c.issuer());
+    let mut chain: Vec<CertificateDer<'static>> = vec![leaf.cert_der.clone()];
+    let mut chain_pem = leaf.cert_pem.clone();
+    if !self_signed {
+        chain.push(issuer.cert_der().clone());
+        chain_pem.push_str(issuer.cert_pem());
+    }
+    let roots = Arc::new(roots);
+    verify(&roots, &chain, &req)?;
+    let provider = crate::tls::provider();
+    let certified =
+        CertifiedKey::from_der(chain, leaf.key_der, &provider).map_err(RotateError::Tls)?;
+    Ok(Material {
+        certified_key: Arc::new(certified),
+        roots,
+        chain_pem,
+        key_pem: leaf.key_pem,
+        trust_pem,
+        not_before: leaf.not_before,
+        not_after: leaf.not_after,
+        serial: leaf.serial_hex,
+    })
+}
+
+/// Our leaf must pass what our peers will check: the chain to `trust` (with the CA's name
+/// constraints), clientAuth for JSON-RPC calls we make, serverAuth for the first SAN.
+fn verify(
+    roots: &Arc<rustls::RootCertStore>,
+    chain: &[CertificateDer<'static>],
+    req: &LeafRequest,
+) -> Result<(), RotateError> {
+    let provider = Arc::new(crate::tls::provider());
+    let now = UnixTime::now();
+    let client = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        roots.clone(),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    client
+        .verify_client_cert(&chain[0], &chain[1..], now)
+        .map_err(RotateError::Verify)?;
+    let server =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider)
+            .build()
+            .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    let name = req
+        .dns_names
+        .first()
+        .cloned()
+        .or_else(|| req.ip_addresses.first().map(ToString::to_string))
+        .unwrap_or_default();
+    let name = ServerName::try_from(name)
+        .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    server
+        .verify_server_cert(&chain[0], &chain[1..], &name, &[], now)
+        .map_err(RotateError::Verify)?;
+    Ok(())
+}
+
+/// Writes tls.crt, tls.key and ca.crt as one generation.
+pub fn export(e: &ExportConfig, m: &Material) -> Result<(), RotateError> {
+    let files: [(&str, &[u8]); 3] = [
+        ("tls.crt", m.chain_pem.as_bytes()),
+        ("tls.key", m.key_pem.as_bytes()),
+        ("ca.crt", m.trust_pem.as_bytes()),
+    ];
+    write_atomic(
+        &e.dir,
+        &files,
+        &ExportOptions {
+            mode: e.mode,
+            gid: e.group,
+        },
+    )
+    .map_err(|source| RotateError::Export {
+        dir: e.dir.clone(),
+        source,
+    })
+}
+
+/// `ironic-proxy check`: issue once in memory, write nothing.
+pub(super) fn check(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<(), RotateError> {
+    issue(cfg, ic).map(|_| ())
 }
 
 pub(super) async fn start(
-    _cfg: &IdentityConfig,
-    _issuer: &IssuerConfig,
-    _metrics: &Metrics,
-    _reload: Arc<Notify>,
-) -> Result<watch::Receiver<Arc<super::Material>>, RotateError> {
-    Err(RotateError::Unavailable)
+    cfg: &IdentityConfig,
+    ic: &IssuerConfig,
+    metrics: &Metrics,
+    reload: Arc<Notify>,
+) -> Result<watch::Receiver<Arc<Material>>, RotateError> {
+    let first = issue(cfg, ic)?;
+    if let Some(e) = &cfg.export {
+        export(e, &first)?;
+    }
+    record_expiry(metrics, &first);
+    tracing::info!(serial = %first.serial, not_after = ?first.not_after, "issued our certificate");
+    let (tx, rx) = watch::channel(Arc::new(first));
+    let task = Rotator {
+        cfg: cfg.clone(),
+        ic: ic.clone(),
+        metrics: metrics.clone(),
+        reload,
+        tx,
+    };
+    tokio::spawn(task.run());
+    Ok(rx)
 }
 
-pub(super) fn check(_cfg: &IdentityConfig, _issuer: &IssuerConfig) -> Result<(), RotateError> {
-    Err(RotateError::Unavailable)
+struct Rotator {
+    cfg: IdentityConfig,
+    ic: IssuerConfig,
+    metrics: Metrics,
+    reload: Arc<Notify>,
+    tx: watch::Sender<Arc<Material>>,
+}
+
+/// When the current certificate should be renewed, as a delay from now.
+fn renew_in(m: &Material, renew_before: Duration, now: SystemTime) -> Duration {
+    let jitter_max = renew_before / 10;
+    let jitter = Duration::from_secs_f64(jitter_max.as_secs_f64() * fastrand::f64());
+    let at = m
+        .not_after
+        .checked_sub(renew_before + jitter)
+        .unwrap_or(now);
+    at.duration_since(now).unwrap_or(Duration::ZERO)
+}
+
+impl Rotator {
+    fn files(&self) -> Vec<Option<Vec<u8>>> {
+        [&self.ic.issuer_cert, &self.ic.issuer_key, &self.cfg.trust]
+            .iter()
+            .map(|p| std::fs::read(p).ok())
+            .collect()
+    }
+
+    async fn run(self) {
+        let mut backoff = Duration::from_secs(1);
+        let renew_at = |m: &Material| {
+            tokio::time::Instant::now() + renew_in(m, self.ic.renew_before, SystemTime::now())
+        };
+        let mut due = renew_at(&self.tx.borrow());
+        let mut seen = self.files();
+        let mut poll =
+            tokio::time::interval(self.cfg.watch_interval.max(Duration::from_millis(50)));
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let why = tokio::select! {
+                () = tokio::time::sleep_until(due) => "renewal",
+                () = self.reload.notified() => "SIGHUP",
+                _ = poll.tick() => {
+                    let now = self.files();
+                    if now == seen { continue; }
+                    seen = now;
+                    "issuer or trust files changed"
+                }
+                () = self.tx.closed() => return,
+            };
+            match issue(&self.cfg, &self.ic) {
+                Ok(m) => {
+                    if let Some(e) = &self.cfg.export {
+                        if let Err(err) = export(e, &m) {
+                            // Keep serving the new certificate: Ironic keeps the last exported
+                            // pair, which stays valid until its own expiry.
+                            tracing::warn!(error = %crate::proxy::error_chain(&err), "export failed");
+                            self.metrics
+                                .reload_failures
+                                .get_or_create(&ReloadLabels { what: "export" })
+                                .inc();
+                        }
+                    }
+                    tracing::info!(serial = %m.serial, not_after = ?m.not_after, reason = why, "renewed our certificate");
+                    record_expiry(&self.metrics, &m);
+                    self.metrics.certificate_renewals.inc();
+                    due = renew_at(&m);
+                    self.tx.send_replace(Arc::new(m));
+                    backoff = Duration::from_secs(1);
+                }
+                Err(err) => {
+                    tracing::warn!(error = %crate::proxy::error_chain(&err), reason = why, retry_in = ?backoff,
+                        "renewal failed; keeping the current certificate");
+                    self.metrics.certificate_renewal_failures.inc();
+                    due = tokio::time::Instant::now() + backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                }
+            }
+        }
+    }
 }
