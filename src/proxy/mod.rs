@@ -108,6 +108,13 @@ impl Proxy {
         if !conn.allowed {
             return Err(ProxyError::Forbidden);
         }
+        // We are a reverse proxy: no tunnels, and only origin-form (or absolute-form) targets.
+        if req.method() == http::Method::CONNECT {
+            return Err(ProxyError::BadRequest("CONNECT is not supported"));
+        }
+        if !req.uri().path().starts_with('/') {
+            return Err(ProxyError::BadRequest("request target must be a path"));
+        }
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
         let (mut parts, incoming) = req.into_parts();
@@ -220,6 +227,11 @@ impl Proxy {
                         ProxyError::BadGateway(format!("{}: {}", endpoint.name, error_chain(&e))),
                         before_send || replayable_method,
                     )
+                }
+                Ok(Ok(resp)) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
+                    // We never ask for an upgrade (Upgrade is stripped), so a 101 is a broken
+                    // upstream; relaying it would hand the client a raw tunnel.
+                    (ProxyError::BadGateway(format!("{}: unsolicited 101", endpoint.name)), false)
                 }
                 Ok(Ok(resp)) => {
                     let status = resp.status().as_u16();
