@@ -231,7 +231,10 @@ impl Proxy {
                 Ok(Ok(resp)) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
                     // We never ask for an upgrade (Upgrade is stripped), so a 101 is a broken
                     // upstream; relaying it would hand the client a raw tunnel.
-                    (ProxyError::BadGateway(format!("{}: unsolicited 101", endpoint.name)), false)
+                    (
+                        ProxyError::BadGateway(format!("{}: unsolicited 101", endpoint.name)),
+                        false,
+                    )
                 }
                 Ok(Ok(resp)) => {
                     let status = resp.status().as_u16();
