@@ -401,6 +401,99 @@ pub fn tls_conn(
 }
 
 // ------------------------------------------------------------------------------------------------
+// Load balancer configs.
+
+/// A proxy with one listener named `api` whose upstream has peers found through DNS.
+#[derive(Clone, Debug)]
+pub struct Lb {
+    /// The DNS server to ask (`[dns] servers`).
+    pub dns: SocketAddr,
+    /// `[dns] refresh`.
+    pub refresh: String,
+    /// `upstream.dns`: `name:port`.
+    pub target: String,
+    /// `upstream.local`, if any (`unix:/path`).
+    pub local: Option<String>,
+    pub balance: String,
+    /// `health.interval`; the health path is `/health` (the backends' `HEALTH_PATH`).
+    pub interval: String,
+    /// `upstream.tls`.
+    pub tls_peers: bool,
+    /// The listener's `tls` (`none`, `server`, `mutual`).
+    pub listener_tls: String,
+    /// A whole `[identity]` table, if any.
+    pub identity: Option<String>,
+}
+
+impl Lb {
+    /// Plain listener, round robin, no local, no TLS, refresh and health interval 1 s.
+    pub fn new(dns: SocketAddr, target: &str) -> Self {
+        Self {
+            dns,
+            refresh: "1s".into(),
+            target: target.into(),
+            local: None,
+            balance: "round_robin".into(),
+            interval: "1s".into(),
+            tls_peers: false,
+            listener_tls: "none".into(),
+            identity: None,
+        }
+    }
+
+    pub fn render(&self) -> impl Fn(u16, SocketAddr) -> String {
+        let me = self.clone();
+        move |admin, listen| {
+            let mut o = me.identity.clone().unwrap_or_default();
+            o.push_str(&format!(
+                r#"
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[dns]
+servers = ["{dns}"]
+refresh = "{refresh}"
+
+[limits]
+upstream_timeout = "5s"
+drain_timeout = "1s"
+
+[[listeners]]
+name = "api"
+listen = "{listen}"
+tls = "{tls}"
+
+[listeners.upstream]
+dns = "{target}"
+balance = "{balance}"
+tls = {tls_peers}
+health = {{ path = "/health", interval = "{interval}", timeout = "500ms", unhealthy_after = 2, healthy_after = 1 }}
+"#,
+                dns = me.dns,
+                refresh = me.refresh,
+                tls = me.listener_tls,
+                target = me.target,
+                balance = me.balance,
+                tls_peers = me.tls_peers,
+                interval = me.interval,
+            ));
+            if let Some(local) = &me.local {
+                o.push_str(&format!("local = {}\n", toml_str(local)));
+            }
+            o
+        }
+    }
+}
+
+/// Upstream endpoints of the `api` upstream in `state` (`healthy`, `unhealthy`, `ejected`).
+pub fn endpoints(node: &Node, state: &str) -> f64 {
+    node.metric(
+        "ironic_proxy_upstream_endpoints",
+        &[("upstream", "api"), ("state", state)],
+    )
+}
+
+// ------------------------------------------------------------------------------------------------
 // Load.
 
 /// One request's outcome as the client saw it.
@@ -453,6 +546,14 @@ impl Load {
     /// Outcomes so far.
     pub fn outcomes(&self) -> Vec<Outcome> {
         self.outcomes.lock().expect("outcomes").clone()
+    }
+
+    /// Waits for the workers to reach their count or time limit; returns every outcome.
+    pub fn wait(mut self) -> Vec<Outcome> {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.outcomes()
     }
 
     /// Stops the workers and returns every outcome.
