@@ -81,8 +81,19 @@ impl Node {
         listen_ip: IpAddr,
         render: impl Fn(u16, SocketAddr) -> String,
     ) -> Self {
-        let admin = support::free_port();
         let listen = SocketAddr::new(listen_ip, free_port_on(listen_ip));
+        Self::spawn_at(dir, name, listen, render)
+    }
+
+    /// Like [`Self::spawn`] with the listener on a given address (for proxies that must know
+    /// each other's address before either starts).
+    pub fn spawn_at(
+        dir: &Path,
+        name: &str,
+        listen: SocketAddr,
+        render: impl Fn(u16, SocketAddr) -> String,
+    ) -> Self {
+        let admin = support::free_port();
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, render(admin, listen)).expect("write config");
         let mut child = Command::new(BIN)
@@ -417,6 +428,8 @@ pub struct Lb {
     pub balance: String,
     /// `health.interval`; the health path is `/health` (the backends' `HEALTH_PATH`).
     pub interval: String,
+    /// `health.unhealthy_after`.
+    pub unhealthy_after: u32,
     /// `upstream.tls`.
     pub tls_peers: bool,
     /// The listener's `tls` (`none`, `server`, `mutual`).
@@ -435,6 +448,7 @@ impl Lb {
             local: None,
             balance: "round_robin".into(),
             interval: "1s".into(),
+            unhealthy_after: 2,
             tls_peers: false,
             listener_tls: "none".into(),
             identity: None,
@@ -467,7 +481,7 @@ tls = "{tls}"
 dns = "{target}"
 balance = "{balance}"
 tls = {tls_peers}
-health = {{ path = "/health", interval = "{interval}", timeout = "500ms", unhealthy_after = 2, healthy_after = 1 }}
+health = {{ path = "/health", interval = "{interval}", timeout = "500ms", unhealthy_after = {unhealthy}, healthy_after = 1 }}
 "#,
                 dns = me.dns,
                 refresh = me.refresh,
@@ -476,6 +490,7 @@ health = {{ path = "/health", interval = "{interval}", timeout = "500ms", unheal
                 balance = me.balance,
                 tls_peers = me.tls_peers,
                 interval = me.interval,
+                unhealthy = me.unhealthy_after,
             ));
             if let Some(local) = &me.local {
                 o.push_str(&format!("local = {}\n", toml_str(local)));
