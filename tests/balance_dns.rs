@@ -6,13 +6,13 @@
 //!
 //! Real time (real processes); every wait polls with a deadline, every load loop is bounded.
 
-mod support;
 #[path = "support/backend.rs"]
 mod backend;
 #[path = "support/dnsmasq.rs"]
 mod dnsmasq;
 #[path = "support/node.rs"]
 mod node;
+mod support;
 
 use backend::{bind_same_port, ip, Backend};
 use dnsmasq::Dnsmasq;
@@ -169,7 +169,10 @@ fn least_request_sends_clearly_fewer_requests_to_a_slow_upstream() {
         per[2] * 2 < per[0].min(per[1]),
         "the slow upstream gets less than half of what each fast one gets: {per:?}"
     );
-    assert!(slow_share < 20.0, "slow share {slow_share:.1} % (fair: 33 %)");
+    assert!(
+        slow_share < 20.0,
+        "slow share {slow_share:.1} % (fair: 33 %)"
+    );
 }
 
 #[test]
@@ -245,10 +248,7 @@ fn removed_records_lose_traffic_quickly_and_added_ones_wait_for_their_health_che
 
     let outcomes = load.finish();
     assert_no_failures("records removed and added", &outcomes);
-    eprintln!(
-        "{} GETs while records changed, 0 failed",
-        outcomes.len()
-    );
+    eprintln!("{} GETs while records changed, 0 failed", outcomes.len());
 }
 
 #[test]
@@ -305,10 +305,7 @@ fn a_dead_dns_server_leaves_traffic_on_the_last_known_endpoints() {
     let load = Load::start(proxy.listen, 2, 200_000, Duration::from_secs(40));
     wait_all_hit(&farm, &[0, 1]);
 
-    let before = proxy.metric(
-        "ironic_proxy_dns_failures_total",
-        &[("upstream", "api")],
-    );
+    let before = proxy.metric("ironic_proxy_dns_failures_total", &[("upstream", "api")]);
     farm.dns.stop();
     let stopped = Instant::now();
     // A server that does not answer costs each resolution its timeouts: allow several seconds.

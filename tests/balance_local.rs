@@ -3,13 +3,13 @@
 //! two sidecars that are each other's peers, both with a dead local, never bounce a request
 //! between them.
 
-mod support;
 #[path = "support/backend.rs"]
 mod backend;
 #[path = "support/dnsmasq.rs"]
 mod dnsmasq;
 #[path = "support/node.rs"]
 mod node;
+mod support;
 
 use backend::{bind_same_port, ip, Backend};
 use dnsmasq::Dnsmasq;
@@ -125,7 +125,11 @@ fn local_takes_everything_while_healthy_and_peers_take_over_within_a_health_inte
         outcomes.len(),
         failed.len()
     );
-    assert!(failed.is_empty(), "failed GETs: {:?}", &failed[..failed.len().min(10)]);
+    assert!(
+        failed.is_empty(),
+        "failed GETs: {:?}",
+        &failed[..failed.len().min(10)]
+    );
     assert!(!after_stop.is_empty());
     assert!(
         after_stop
@@ -133,7 +137,10 @@ fn local_takes_everything_while_healthy_and_peers_take_over_within_a_health_inte
             .all(|o| o.result.as_deref().is_ok_and(|b| b.starts_with("peer"))),
         "while local is down, peers answer"
     );
-    assert!(peers.iter().all(|p| p.hit_count() > 0), "both peers share the load");
+    assert!(
+        peers.iter().all(|p| p.hit_count() > 0),
+        "both peers share the load"
+    );
 }
 
 #[test]
@@ -146,16 +153,16 @@ fn two_sidecars_that_are_each_others_peers_never_loop() {
         ls[0].local_addr().expect("address").port()
     };
     let mut dns = Dnsmasq::start(ZONE, 1);
-    dns.set_hosts(&[("127.0.32.1", "a.metal3.svc"), ("127.0.32.2", "b.metal3.svc")]);
+    dns.set_hosts(&[
+        ("127.0.32.1", "a.metal3.svc"),
+        ("127.0.32.2", "b.metal3.svc"),
+    ]);
     let locals = [
         local_ironic(&dir.path().join("a.sock"), "local-a"),
         local_ironic(&dir.path().join("b.sock"), "local-b"),
     ];
     let mut nodes = Vec::new();
-    for (name, me, other, local) in [
-        ("a", a_ip, "b", &locals[0]),
-        ("b", b_ip, "a", &locals[1]),
-    ] {
+    for (name, me, other, local) in [("a", a_ip, "b", &locals[0]), ("b", b_ip, "a", &locals[1])] {
         let mut lb = Lb::new(dns.addr(), &format!("{other}.metal3.svc:{port}"));
         lb.local = Some(local.address());
         // Keep the peer in the healthy set by its checks even once its local is gone, so that
@@ -214,7 +221,10 @@ fn two_sidecars_that_are_each_others_peers_never_loop() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(slowest < Duration::from_secs(2), "5xx quickly: slowest {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(2),
+        "5xx quickly: slowest {slowest:?}"
+    );
 
     // Each request appears once in the access log of the proxy it was sent to, at most once in
     // the other's, and never comes back.

@@ -3,9 +3,9 @@
 //! usable as it is meant to be: Ironic's JSON-RPC client (Python `requests`) presenting one
 //! sidecar's exported files passes another sidecar's mutual listener and is identified upstream.
 
-mod support;
 #[path = "support/node.rs"]
 mod node;
+mod support;
 
 use node::Node;
 use std::collections::BTreeSet;
@@ -178,7 +178,11 @@ fn exported_files_verify_and_carry_exactly_the_configured_identity() {
         Some((&leaf_pem, &key_pem)),
     );
     let mut conn = node::tls_conn(proxy.listen, "127.0.0.1", cfg).expect("TLS to the listener");
-    assert_eq!(support::peer_leaf(conn.stream()), der, "the exported leaf is served");
+    assert_eq!(
+        support::peer_leaf(conn.stream()),
+        der,
+        "the exported leaf is served"
+    );
     let r = conn.get("/ping").expect("GET through the listener");
     assert_eq!(
         r.status, 200,
@@ -238,12 +242,7 @@ fn one_sidecars_exported_identity_passes_another_sidecars_mutual_listener() {
             allow: &["*.ironic.metal3.svc", "ip:127.0.0.0/24"],
             sock: &up.path,
         };
-        let proxy = Node::start(
-            dir.path(),
-            name,
-            ip.parse().expect("IP"),
-            sidecar.render(),
-        );
+        let proxy = Node::start(dir.path(), name, ip.parse().expect("IP"), sidecar.render());
         sidecars.push((proxy, up, export, pod, ip));
     }
 

@@ -3,9 +3,9 @@
 //! logs and counts the failed renewals, stays ready while the certificate is valid, and recovers
 //! when the files come back.
 
-mod support;
 #[path = "support/node.rs"]
 mod node;
+mod support;
 
 use node::Node;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
@@ -136,15 +136,7 @@ fn bad_issuer_material_stops_run_and_check_with_one_line_naming_it() {
     refused(
         d,
         "key-mismatch",
-        config(
-            &ca.0,
-            (&ca.0, &other.1),
-            good.0,
-            good.1,
-            "1h",
-            "20m",
-            &sock,
-        ),
+        config(&ca.0, (&ca.0, &other.1), good.0, good.1, "1h", "20m", &sock),
         &["does not match"],
     );
     let missing = d.join("no-such-dir/ca.key");
@@ -280,11 +272,7 @@ fn a_running_proxy_that_loses_its_ca_keeps_its_certificate_while_valid() {
             break;
         }
         let leaf = served();
-        assert_eq!(
-            node::serial(&leaf),
-            serial,
-            "still the first certificate"
-        );
+        assert_eq!(node::serial(&leaf), serial, "still the first certificate");
         let ready = proxy.admin_get("/readyz").expect("readyz");
         assert_eq!(
             ready.status,
@@ -323,10 +311,7 @@ fn a_running_proxy_that_loses_its_ca_keeps_its_certificate_while_valid() {
     std::fs::rename(moved(&ca.0), &ca.0).expect("restore ca.crt");
     std::fs::rename(moved(&ca.1), &ca.1).expect("restore ca.key");
     support::poll_until(Duration::from_secs(5), || {
-        proxy
-            .admin_get("/readyz")
-            .ok()
-            .filter(|r| r.status == 200)
+        proxy.admin_get("/readyz").ok().filter(|r| r.status == 200)
     })
     .expect("ready again once the CA is back");
     assert_ne!(node::serial(&served()), serial, "a new certificate");

@@ -5,9 +5,9 @@
 //!
 //! Real time: the renewals are the proxy's, on its clock. Every loop is bounded in count and time.
 
-mod support;
 #[path = "support/node.rs"]
 mod node;
+mod support;
 
 use node::{Node, Pem};
 use std::collections::BTreeSet;
@@ -120,7 +120,8 @@ fn rotation_under_load_drops_nothing_and_new_connections_see_new_serials() {
                 match c.get(&format!("/keep/{n}")) {
                     Ok(r) if r.status == 200 => t.ok += 1,
                     Ok(r) => {
-                        t.failures.push(format!("keep-alive: {} {}", r.status, r.text()));
+                        t.failures
+                            .push(format!("keep-alive: {} {}", r.status, r.text()));
                         conn = None;
                     }
                     Err(e) => {

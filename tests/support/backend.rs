@@ -127,11 +127,7 @@ impl Backend {
         Self::start_with(id, listener, Some(server_config(tls)))
     }
 
-    fn start_with(
-        id: &str,
-        listener: TcpListener,
-        tls: Option<Arc<rustls::ServerConfig>>,
-    ) -> Self {
+    fn start_with(id: &str, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         let shared = Arc::new(Shared {
             id: id.to_owned(),
             delay_ms: AtomicU64::new(0),

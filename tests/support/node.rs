@@ -286,7 +286,16 @@ pub fn cert_issue(ca: &(PathBuf, PathBuf), out: &Path, sans: &[&str]) -> Pem {
         ca.1.display().to_string(),
         out.display().to_string(),
     );
-    let mut args = vec!["cert", "issue", "--ca-cert", &c, "--ca-key", &k, "--out", &o];
+    let mut args = vec![
+        "cert",
+        "issue",
+        "--ca-cert",
+        &c,
+        "--ca-key",
+        &k,
+        "--out",
+        &o,
+    ];
     args.extend_from_slice(sans);
     let r = cli(&args, &[]);
     assert!(r.ok(), "cert issue: {r:?}");
@@ -353,8 +362,8 @@ pub fn key_matches(cert_pem: &str, key_pem: &str) -> Result<(), String> {
     if certs.is_empty() {
         return Err("no certificate".into());
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|e| format!("key PEM: {e}"))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| format!("key PEM: {e}"))?;
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     let signing = provider
         .key_provider
@@ -603,7 +612,9 @@ pub fn get_backend(
     let c = conn.as_mut().expect("connected");
     match c.get(path) {
         Ok(r) if r.status == 200 => {
-            if r.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+            if r.header("connection")
+                .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+            {
                 *conn = None;
             }
             Ok(r.header("x-backend").unwrap_or("(none)").to_owned())
