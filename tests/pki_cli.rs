@@ -57,7 +57,7 @@ fn fails_with_one_line(output: &Output) -> String {
     );
     let stderr = text(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "one line expected: {stderr:?}");
-    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.starts_with("ironic-proxy: "), "{stderr}");
     stderr
 }
 

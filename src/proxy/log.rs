@@ -2,12 +2,51 @@
 
 use super::body::OnEnd;
 use super::{Blame, ConnInfo};
-use crate::metrics::{status_class, ListenerLabels, Metrics, RequestLabels};
+use crate::metrics::{ListenerLabels, Metrics, RequestLabels};
 use hyper::body::Incoming;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use std::sync::Arc;
 use tokio::time::Instant;
 
+/// A listener's request metrics, resolved once so the hot path takes no lock and allocates no
+/// label strings.
+pub(super) struct ListenerMetrics {
+    by_class: [Counter; 5],
+    duration: Histogram,
+}
+
+impl ListenerMetrics {
+    pub(super) fn new(metrics: &Metrics, listener: &str) -> Arc<Self> {
+        let class = |c: &'static str| {
+            metrics
+                .requests
+                .get_or_create(&RequestLabels {
+                    listener: listener.to_owned(),
+                    class: c,
+                })
+                .clone()
+        };
+        Arc::new(Self {
+            by_class: [
+                class("1xx"),
+                class("2xx"),
+                class("3xx"),
+                class("4xx"),
+                class("5xx"),
+            ],
+            duration: metrics
+                .request_duration
+                .get_or_create(&ListenerLabels {
+                    listener: listener.to_owned(),
+                })
+                .clone(),
+        })
+    }
+}
+
 pub(super) struct Record {
-    listener: String,
+    listener: Arc<str>,
     client: String,
     identity: Option<String>,
     method: String,
@@ -16,15 +55,15 @@ pub(super) struct Record {
     pub(super) upstream: Option<String>,
     pub(super) blame: Option<Blame>,
     start: Instant,
-    metrics: Metrics,
+    metrics: Arc<ListenerMetrics>,
 }
 
 impl Record {
     pub(super) fn new(
-        listener: &str,
+        listener: &Arc<str>,
         req: &http::Request<Incoming>,
         conn: &ConnInfo,
-        metrics: Metrics,
+        metrics: Arc<ListenerMetrics>,
         start: Instant,
     ) -> Self {
         let mut path = req.uri().path().to_owned();
@@ -38,7 +77,7 @@ impl Record {
             path.push('…');
         }
         Self {
-            listener: listener.to_owned(),
+            listener: listener.clone(),
             client: conn
                 .peer
                 .map_or_else(|| "unix".to_owned(), |p| p.to_string()),
@@ -57,19 +96,12 @@ impl Record {
 impl OnEnd for Record {
     fn on_end(&mut self, bytes: u64, complete: bool) {
         let elapsed = self.start.elapsed();
-        self.metrics
-            .requests
-            .get_or_create(&RequestLabels {
-                listener: self.listener.clone(),
-                class: status_class(self.status),
-            })
-            .inc();
-        self.metrics
-            .request_duration
-            .get_or_create(&ListenerLabels {
-                listener: self.listener.clone(),
-            })
-            .observe(elapsed.as_secs_f64());
+        let class = usize::from(self.status / 100).clamp(1, 5) - 1;
+        self.metrics.by_class[class].inc();
+        self.metrics.duration.observe(elapsed.as_secs_f64());
+        if !tracing::event_enabled!(target: "access", tracing::Level::INFO) {
+            return;
+        }
         tracing::info!(
             target: "access",
             listener = %self.listener,

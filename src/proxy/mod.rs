@@ -51,15 +51,18 @@ pub struct Proxy {
     upstream: Arc<Pool>,
     limits: Limits,
     metrics: Metrics,
+    listener_metrics: Arc<log::ListenerMetrics>,
 }
 
 impl Proxy {
     pub fn new(listener: &str, upstream: Arc<Pool>, limits: Limits, metrics: Metrics) -> Self {
+        let listener_metrics = log::ListenerMetrics::new(&metrics, listener);
         Self {
             listener: listener.into(),
             upstream,
             limits,
             metrics,
+            listener_metrics,
         }
     }
 
@@ -70,7 +73,13 @@ impl Proxy {
     /// Handles one request; never fails: errors become the proxy's own responses.
     pub async fn handle(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<ResponseBody> {
         let start = Instant::now();
-        let mut record = log::Record::new(&self.listener, &req, conn, self.metrics.clone(), start);
+        let mut record = log::Record::new(
+            &self.listener,
+            &req,
+            conn,
+            self.listener_metrics.clone(),
+            start,
+        );
         let mut resp = match self.forward(req, conn).await {
             Ok((resp, endpoint)) => {
                 record.upstream = Some(endpoint);
@@ -98,6 +107,13 @@ impl Proxy {
     ) -> Result<(Response<ResponseBody>, String), ProxyError> {
         if !conn.allowed {
             return Err(ProxyError::Forbidden);
+        }
+        // We are a reverse proxy: no tunnels, and only origin-form (or absolute-form) targets.
+        if req.method() == http::Method::CONNECT {
+            return Err(ProxyError::BadRequest("CONNECT is not supported"));
+        }
+        if !req.uri().path().starts_with('/') {
+            return Err(ProxyError::BadRequest("request target must be a path"));
         }
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
@@ -157,7 +173,7 @@ impl Proxy {
     /// streamed body, never past `upstream_timeout` counted from the first try.
     async fn send_with_retries(
         &self,
-        parts: http::request::Parts,
+        mut parts: http::request::Parts,
         mut body: RequestBody,
         via_proxy: bool,
         cut: &CutSlot,
@@ -173,12 +189,26 @@ impl Proxy {
             };
             tried.push(slot);
             let attempts_left = tried.len() <= self.upstream.retries as usize;
-            let spare = body.try_clone();
-            let mut req = Request::from_parts(
-                parts.clone(),
-                std::mem::replace(&mut body, RequestBody::empty()),
-            );
-            *req.extensions_mut() = http::Extensions::new();
+            // Keep what another try needs only when one can follow.
+            let spare = if attempts_left {
+                body.try_clone()
+            } else {
+                None
+            };
+            let head = if spare.is_some() {
+                let mut copy = Request::new(());
+                *copy.method_mut() = parts.method.clone();
+                *copy.uri_mut() = parts.uri.clone();
+                *copy.version_mut() = parts.version;
+                *copy.headers_mut() = parts.headers.clone();
+                copy.into_parts().0
+            } else {
+                let mut taken = Request::new(()).into_parts().0;
+                std::mem::swap(&mut taken, &mut parts);
+                taken.extensions = http::Extensions::new();
+                taken
+            };
+            let req = Request::from_parts(head, std::mem::replace(&mut body, RequestBody::empty()));
             let endpoint = &member.endpoint;
             let outcome = tokio::time::timeout_at(deadline, endpoint.send(req)).await;
             let (err, retry_ok) = match outcome {
@@ -197,6 +227,11 @@ impl Proxy {
                         ProxyError::BadGateway(format!("{}: {}", endpoint.name, error_chain(&e))),
                         before_send || replayable_method,
                     )
+                }
+                Ok(Ok(resp)) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
+                    // We never ask for an upgrade (Upgrade is stripped), so a 101 is a broken
+                    // upstream; relaying it would hand the client a raw tunnel.
+                    (ProxyError::BadGateway(format!("{}: unsolicited 101", endpoint.name)), false)
                 }
                 Ok(Ok(resp)) => {
                     let status = resp.status().as_u16();

@@ -181,6 +181,7 @@ pub struct Endpoint {
     in_flight: AtomicUsize,
     /// `http://<authority>` used to build request URIs for this endpoint.
     base: String,
+    authority: http::uri::Authority,
 }
 
 impl Endpoint {
@@ -206,6 +207,10 @@ impl Endpoint {
             addr,
             client,
             in_flight: AtomicUsize::new(0),
+            authority: base
+                .trim_start_matches("http://")
+                .parse()
+                .unwrap_or_else(|_| http::uri::Authority::from_static("localhost")),
             base,
         }
     }
@@ -219,11 +224,16 @@ impl Endpoint {
         &self,
         mut req: http::Request<RequestBody>,
     ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
-        let pq = req
-            .uri()
-            .path_and_query()
-            .map_or("/", http::uri::PathAndQuery::as_str);
-        if let Ok(uri) = format!("{}{pq}", self.base).parse() {
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = Some(http::uri::Scheme::HTTP);
+        uri.authority = Some(self.authority.clone());
+        uri.path_and_query = Some(
+            req.uri()
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+        );
+        if let Ok(uri) = http::Uri::from_parts(uri) {
             *req.uri_mut() = uri;
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
