@@ -246,10 +246,19 @@ impl Endpoint {
     /// One active health check: `GET path`; `Ok(true)` on 2xx or 3xx, `Ok(false)` on any other
     /// answer, `Err` when there was none (connect, TLS or transport failure), for the caller to
     /// log and count. Not counted in flight.
+    ///
+    /// The probe carries our `Via` like every forwarded request, so a peer that is itself an
+    /// ironic-proxy answers it the way it answers our requests: from its own Ironic only. Without
+    /// it the peer would relay the probe to its own peers and pass it while its Ironic is down,
+    /// and the requests we then send it (which do carry `Via`) would get 502.
     pub async fn probe(&self, path: &str) -> Result<bool, hyper_util::client::legacy::Error> {
         let Ok(req) = http::Request::get(format!("{}{path}", self.base))
             .header(http::header::HOST, self.authority())
             .header(http::header::USER_AGENT, "ironic-proxy-health")
+            .header(
+                http::header::VIA,
+                format!("1.1 {}", crate::proxy::headers::VIA_NAME),
+            )
             .body(RequestBody::empty())
         else {
             return Ok(false);
