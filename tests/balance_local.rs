@@ -259,3 +259,96 @@ fn two_sidecars_that_are_each_others_peers_never_loop() {
         "some requests did go to the peer (so Via is what stopped them)"
     );
 }
+
+#[test]
+fn a_sidecar_whose_ironic_is_down_fails_the_load_balancers_health_checks() {
+    // The DaemonSet topology: a load balancer in front of two sidecars, each with its own Ironic
+    // (a unix socket) and the other sidecar as peer through the headless Service's name.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (s1, s2) = (ip(35, 1), ip(35, 2));
+    let port = {
+        let ls = bind_same_port(&[s1, s2]);
+        ls[0].local_addr().expect("address").port()
+    };
+    let mut dns = Dnsmasq::start(ZONE, 1);
+    dns.set_hosts(&[
+        ("127.0.35.1", "ironic.metal3.svc"),
+        ("127.0.35.2", "ironic.metal3.svc"),
+    ]);
+    let target = format!("ironic.metal3.svc:{port}");
+    let ironics = [
+        local_ironic(&dir.path().join("ironic-1.sock"), "ironic-1"),
+        local_ironic(&dir.path().join("ironic-2.sock"), "ironic-2"),
+    ];
+    let mut sidecars = Vec::new();
+    for (name, me, local) in [("s1", s1, &ironics[0]), ("s2", s2, &ironics[1])] {
+        let mut lb = Lb::new(dns.addr(), &target);
+        lb.local = Some(local.address());
+        sidecars.push(Node::spawn_at(
+            dir.path(),
+            name,
+            SocketAddr::new(me, port),
+            lb.render(),
+        ));
+    }
+    for n in &mut sidecars {
+        n.wait_ready(Duration::from_secs(10))
+            .unwrap_or_else(|logs| panic!("{} not ready: {logs}", n.name));
+    }
+    let lb = Node::start(
+        dir.path(),
+        "lb",
+        IpAddr::from([127, 0, 0, 1]),
+        Lb::new(dns.addr(), &target).render(),
+    );
+    lb.wait_metric(
+        "ironic_proxy_upstream_endpoints",
+        &[("upstream", "api"), ("state", "healthy")],
+        Duration::from_secs(10),
+        |v| v == 2.0,
+    );
+    let before = Load::start_method(lb.listen, "POST", 2, 20, Duration::from_secs(10)).wait();
+    assert!(
+        node::failures(&before).is_empty(),
+        "{:?}",
+        node::failures(&before)
+    );
+    assert!(
+        node::answered_by(&before, "ironic-1") > 0 && node::answered_by(&before, "ironic-2") > 0
+    );
+
+    // Ironic behind s1 stops; s1 itself keeps running (and could relay to s2).
+    let [i1, _i2] = ironics;
+    stop_local(i1);
+    let stopped = Instant::now();
+    // Two failed checks (unhealthy_after = 2) one interval apart, plus the 1 s metric period.
+    let bound = INTERVAL * 3 + MARGIN * 4;
+    let out = poll_until(bound, || {
+        (node::endpoints(&lb, "healthy") == 1.0).then(|| stopped.elapsed())
+    });
+    eprintln!(
+        "sidecar s1's Ironic stopped: load balancer marks s1 unhealthy after {out:?} (bound \
+         {bound:?}); healthy now {}",
+        node::endpoints(&lb, "healthy")
+    );
+    assert!(
+        out.is_some(),
+        "the load balancer still counts s1 healthy: its health checks were answered by s2 through \
+         s1, while its requests get 502 from s1"
+    );
+
+    // Non-idempotent requests (never replayed once sent) all land on the healthy sidecar.
+    let after = Load::start_method(lb.listen, "POST", 2, 50, Duration::from_secs(10)).wait();
+    let failed = node::failures(&after);
+    eprintln!(
+        "{} POSTs after s1 was marked unhealthy: {} failed",
+        after.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "failed POSTs: {:?}",
+        &failed[..failed.len().min(5)]
+    );
+    assert_eq!(node::answered_by(&after, "ironic-2"), after.len());
+}

@@ -539,6 +539,18 @@ pub struct Load {
 
 impl Load {
     pub fn start(addr: SocketAddr, workers: usize, max_per_worker: usize, max: Duration) -> Self {
+        Self::start_method(addr, "GET", workers, max_per_worker, max)
+    }
+
+    /// Like [`Self::start`] with another method (`POST`: an empty body, never retried by the
+    /// proxy once sent).
+    pub fn start_method(
+        addr: SocketAddr,
+        method: &'static str,
+        workers: usize,
+        max_per_worker: usize,
+        max: Duration,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let outcomes = Arc::new(Mutex::new(Vec::new()));
         let threads = (0..workers)
@@ -551,7 +563,8 @@ impl Load {
                         if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
                             break;
                         }
-                        let result = get_backend(&mut conn, addr, &format!("/load/{w}/{n}"));
+                        let path = format!("/load/{w}/{n}");
+                        let result = request_backend(&mut conn, addr, method, &path);
                         outcomes.lock().expect("outcomes").push(Outcome {
                             at: Instant::now(),
                             result,
@@ -606,11 +619,21 @@ pub fn get_backend(
     addr: SocketAddr,
     path: &str,
 ) -> Result<String, String> {
+    request_backend(conn, addr, "GET", path)
+}
+
+/// Like [`get_backend`] with any method (no body).
+pub fn request_backend(
+    conn: &mut Option<HttpConn<TcpStream>>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> Result<String, String> {
     if conn.is_none() {
         *conn = Some(HttpConn::tcp(addr).map_err(|e| format!("connect: {e}"))?);
     }
     let c = conn.as_mut().expect("connected");
-    match c.get(path) {
+    match c.request(method, path, &[], b"") {
         Ok(r) if r.status == 200 => {
             if r.header("connection")
                 .is_some_and(|v| v.eq_ignore_ascii_case("close"))
