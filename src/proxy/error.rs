@@ -80,7 +80,14 @@ impl ProxyError {
             Self::BadGateway(_) => "upstream refused or broke the connection".to_owned(),
             other => other.to_string(),
         };
-        json_response(self.status(), self.code(), &message)
+        let mut resp = json_response(self.status(), self.code(), &message);
+        if matches!(self, Self::BadRequest(_)) {
+            // RFC 9112 §6.3: after rejecting a request whose framing we do not trust, close the
+            // connection; parsing on would take the rejected body for the next request.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp
     }
 }
 

@@ -279,37 +279,15 @@ impl Proxy {
     }
 
     fn count_peer_tls_failure(&self, e: &hyper_util::client::legacy::Error) {
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-        while let Some(c) = cur {
-            let tls = c
-                .downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|i| i.downcast_ref::<rustls::Error>())
-                .or_else(|| c.downcast_ref::<rustls::Error>());
-            if let Some(t) = tls {
-                let reason = match t {
-                    rustls::Error::InvalidCertificate(
-                        rustls::CertificateError::NotValidForName
-                        | rustls::CertificateError::NotValidForNameContext { .. },
-                    ) => "name_mismatch",
-                    rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
-                        "unknown_issuer"
-                    }
-                    rustls::Error::InvalidCertificate(_) => "bad_certificate",
-                    rustls::Error::AlertReceived(_) => "alert_received",
-                    _ => "other",
-                };
-                tracing::warn!(upstream = %self.upstream.name, reason, error = %t, "peer TLS failed");
-                self.metrics
-                    .peer_tls_failures
-                    .get_or_create(&crate::metrics::PeerTlsLabels {
-                        upstream: self.upstream.name.clone(),
-                        reason,
-                    })
-                    .inc();
-                return;
-            }
-            cur = c.source();
+        if let Some((reason, t)) = crate::tls::peer::failure_reason(e) {
+            tracing::warn!(upstream = %self.upstream.name, reason, error = %t, "peer TLS failed");
+            self.metrics
+                .peer_tls_failures
+                .get_or_create(&crate::metrics::PeerTlsLabels {
+                    upstream: self.upstream.name.clone(),
+                    reason,
+                })
+                .inc();
         }
     }
 }

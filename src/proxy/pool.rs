@@ -13,7 +13,7 @@ use super::upstream::Endpoint;
 use crate::balance::{run_checks, Health, HealthOptions, Load, Picker};
 use crate::config::{HealthConfig, UpstreamAddr};
 use crate::discovery::{self, EndpointSet};
-use crate::metrics::{EndpointLabels, Metrics};
+use crate::metrics::{EndpointLabels, Metrics, PeerTlsLabels};
 use crate::tls::peer::PeerTls;
 use arc_swap::ArcSwap;
 use rustls::ClientConfig;
@@ -89,18 +89,54 @@ fn health_options(h: &HealthConfig) -> HealthOptions {
     }
 }
 
+/// Where a checker counts the TLS failures of its probes.
+#[derive(Clone)]
+struct CheckerMetrics {
+    upstream: String,
+    metrics: Metrics,
+}
+
 fn spawn_checker(
     endpoint: &Arc<Endpoint>,
     health: &Arc<Health>,
     h: &HealthConfig,
+    m: &CheckerMetrics,
 ) -> JoinHandle<()> {
     let ep = endpoint.clone();
     let path = h.path.clone();
+    let m = m.clone();
+    // The reason of the last failed TLS handshake, so that a peer refused on every check is
+    // one warning per run of failures (the counter has every one).
+    let last_tls: Arc<std::sync::Mutex<Option<&'static str>>> = Arc::default();
     let span = tracing::info_span!("health", endpoint = %endpoint.name);
     let fut = run_checks(health.clone(), health_options(h), move || {
-        let ep = ep.clone();
-        let path = path.clone();
-        async move { ep.probe(&path).await }
+        let (ep, path, m, last_tls) = (ep.clone(), path.clone(), m.clone(), last_tls.clone());
+        async move {
+            let outcome = ep.probe(&path).await;
+            let tls = outcome
+                .as_ref()
+                .err()
+                .and_then(|e| crate::tls::peer::failure_reason(e));
+            let mut last = last_tls
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((reason, t)) = tls {
+                m.metrics
+                    .peer_tls_failures
+                    .get_or_create(&PeerTlsLabels {
+                        upstream: m.upstream.clone(),
+                        reason,
+                    })
+                    .inc();
+                if *last != Some(reason) {
+                    tracing::warn!(upstream = %m.upstream, reason, error = %t, "peer TLS failed; health check fails");
+                }
+            } else if let Err(e) = &outcome {
+                tracing::debug!(error = %super::error_chain(e), "health check failed");
+            }
+            *last = tls.map(|(reason, _)| reason);
+            outcome.unwrap_or(false)
+        }
     });
     tokio::spawn(tracing::Instrument::instrument(fut, span))
 }
@@ -108,13 +144,22 @@ fn spawn_checker(
 impl Pool {
     pub fn new(opts: PoolOptions) -> Arc<Self> {
         let has_dns = opts.dns.is_some();
+        let checker_metrics = CheckerMetrics {
+            upstream: opts.name.clone(),
+            metrics: opts.metrics.clone(),
+        };
         let local = opts.local.map(|addr| {
             let endpoint = Arc::new(Endpoint::new(addr, None, opts.max_response_head));
             if has_dns {
                 // With peers to fall back to, local is health-checked like them, but starts
                 // available so the first requests need not wait for a check.
                 let health = Arc::new(Health::passive_only());
-                let checker = Some(spawn_checker(&endpoint, &health, &opts.health));
+                let checker = Some(spawn_checker(
+                    &endpoint,
+                    &health,
+                    &opts.health,
+                    &checker_metrics,
+                ));
                 Arc::new(Member {
                     endpoint,
                     health,
@@ -148,6 +193,7 @@ impl Pool {
                 opts.peer_tls,
                 opts.health,
                 opts.max_response_head,
+                checker_metrics,
             ));
         }
         tokio::spawn(report(Arc::downgrade(&pool), opts.metrics));
@@ -216,6 +262,7 @@ async fn follow(
     tls: Option<Arc<ArcSwap<ClientConfig>>>,
     health: HealthConfig,
     max_head: usize,
+    metrics: CheckerMetrics,
 ) {
     loop {
         let set = rx.borrow_and_update().clone();
@@ -243,7 +290,7 @@ async fn follow(
             };
             let endpoint = Arc::new(Endpoint::new(addr, peer_tls, max_head));
             let h = Arc::new(Health::new(health.healthy_after, health.unhealthy_after));
-            let checker = Some(spawn_checker(&endpoint, &h, &health));
+            let checker = Some(spawn_checker(&endpoint, &h, &health, &metrics));
             next.push(Arc::new(Member {
                 endpoint,
                 health: h,

@@ -243,27 +243,31 @@ impl Endpoint {
 }
 
 impl Endpoint {
-    /// One active health check: `GET path`, healthy on 2xx or 3xx. Not counted in flight.
-    pub async fn probe(&self, path: &str) -> bool {
+    /// One active health check: `GET path`; `Ok(true)` on 2xx or 3xx, `Ok(false)` on any other
+    /// answer, `Err` when there was none (connect, TLS or transport failure), for the caller to
+    /// log and count. Not counted in flight.
+    ///
+    /// The probe carries our `Via` like every forwarded request, so a peer that is itself an
+    /// ironic-proxy answers it the way it answers our requests: from its own Ironic only. Without
+    /// it the peer would relay the probe to its own peers and pass it while its Ironic is down,
+    /// and the requests we then send it (which do carry `Via`) would get 502.
+    pub async fn probe(&self, path: &str) -> Result<bool, hyper_util::client::legacy::Error> {
         let Ok(req) = http::Request::get(format!("{}{path}", self.base))
             .header(http::header::HOST, self.authority())
             .header(http::header::USER_AGENT, "ironic-proxy-health")
+            .header(
+                http::header::VIA,
+                format!("1.1 {}", crate::proxy::headers::VIA_NAME),
+            )
             .body(RequestBody::empty())
         else {
-            return false;
+            return Ok(false);
         };
-        match self.client.request(req).await {
-            Ok(resp) => {
-                let ok = resp.status().is_success() || resp.status().is_redirection();
-                // Drain the body so the connection goes back to the pool.
-                let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
-                ok
-            }
-            Err(e) => {
-                tracing::debug!(endpoint = %self.name, error = %crate::proxy::error_chain(&e), "health check failed");
-                false
-            }
-        }
+        let resp = self.client.request(req).await?;
+        let ok = resp.status().is_success() || resp.status().is_redirection();
+        // Drain the body so the connection goes back to the pool.
+        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+        Ok(ok)
     }
 
     fn authority(&self) -> String {

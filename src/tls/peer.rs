@@ -41,3 +41,38 @@ pub fn client_config(material: &Material) -> Result<Arc<ClientConfig>, rustls::E
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
+
+/// The rustls error in an error's chain (itself or a source, also inside an `io::Error`) and the
+/// `reason` label it is counted under in `ironic_proxy_peer_tls_failures_total`; `None` when the
+/// failure was not TLS (refused, reset, timeout). Used for real requests and for health checks
+/// alike: a peer whose certificate fails never passes a check, so the checks are where its
+/// refusal shows.
+pub fn failure_reason<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<(&'static str, &'a rustls::Error)> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        let tls = c
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|i| i.downcast_ref::<rustls::Error>())
+            .or_else(|| c.downcast_ref::<rustls::Error>());
+        if let Some(t) = tls {
+            let reason = match t {
+                rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                    | rustls::CertificateError::NotValidForNameContext { .. },
+                ) => "name_mismatch",
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+                    "unknown_issuer"
+                }
+                rustls::Error::InvalidCertificate(_) => "bad_certificate",
+                rustls::Error::AlertReceived(_) => "alert_received",
+                _ => "other",
+            };
+            return Some((reason, t));
+        }
+        cur = c.source();
+    }
+    None
+}

@@ -1,0 +1,670 @@
+//! The real `ironic-proxy` binary run from a config text the test writes in full (issuer
+//! identities, `[dns]`, upstream tables: what `ProxyBuilder` does not cover), a CA and leaves
+//! made with the binary's own `ca init` / `cert issue`, certificate inspection helpers, and a
+//! bounded load generator.
+//!
+//! Include it next to the shared support: `mod support; #[path = "support/node.rs"] mod node;`.
+
+#![allow(dead_code, unreachable_pub)]
+
+use crate::support::{self, poll_until, HttpConn, Output, Response};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use support::proxy::BIN;
+
+/// A port that was free a moment ago on `ip`.
+pub fn free_port_on(ip: IpAddr) -> u16 {
+    std::net::TcpListener::bind(SocketAddr::new(ip, 0))
+        .and_then(|l| l.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+/// A TOML basic string.
+pub fn toml_str(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// `p` as a TOML string.
+pub fn tp(p: &Path) -> String {
+    toml_str(&p.display().to_string())
+}
+
+/// A running `ironic-proxy run` with one proxy listener (at `listen`) and an admin listener.
+pub struct Node {
+    pub name: String,
+    child: Child,
+    pub config: PathBuf,
+    pub admin: SocketAddr,
+    pub listen: SocketAddr,
+    logs: Arc<Mutex<Vec<String>>>,
+    exit: Option<ExitStatus>,
+}
+
+impl Node {
+    /// Writes `render(admin port, listen address)` as `<name>.toml` in `dir`, starts the proxy
+    /// with its listener on `listen_ip`, and waits until `/readyz` answers 200. A port taken
+    /// between picking and binding is retried with new ports.
+    pub fn start(
+        dir: &Path,
+        name: &str,
+        listen_ip: IpAddr,
+        render: impl Fn(u16, SocketAddr) -> String,
+    ) -> Self {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let mut node = Self::spawn(dir, name, listen_ip, &render);
+            match node.wait_ready(Duration::from_secs(15)) {
+                Ok(()) => return node,
+                Err(logs) if logs.contains("Address already in use") => last = logs,
+                Err(logs) => panic!(
+                    "proxy {name} did not become ready\n--- config ---\n{}\n--- logs ---\n{logs}",
+                    std::fs::read_to_string(&node.config).unwrap_or_default()
+                ),
+            }
+        }
+        panic!("proxy {name} could not bind its ports three times:\n{last}");
+    }
+
+    /// Writes the config and starts the process without waiting for anything.
+    pub fn spawn(
+        dir: &Path,
+        name: &str,
+        listen_ip: IpAddr,
+        render: impl Fn(u16, SocketAddr) -> String,
+    ) -> Self {
+        let listen = SocketAddr::new(listen_ip, free_port_on(listen_ip));
+        Self::spawn_at(dir, name, listen, render)
+    }
+
+    /// Like [`Self::spawn`] with the listener on a given address (for proxies that must know
+    /// each other's address before either starts).
+    pub fn spawn_at(
+        dir: &Path,
+        name: &str,
+        listen: SocketAddr,
+        render: impl Fn(u16, SocketAddr) -> String,
+    ) -> Self {
+        let admin = support::free_port();
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, render(admin, listen)).expect("write config");
+        let mut child = Command::new(BIN)
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info")
+            .env_remove("IRONIC_PROXY_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ironic-proxy");
+        let stderr = child.stderr.take().expect("stderr");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                match line {
+                    Ok(l) => sink.lock().expect("logs").push(l),
+                    Err(_) => break,
+                }
+            }
+        });
+        Self {
+            name: name.to_owned(),
+            child,
+            config,
+            admin: SocketAddr::from(([127, 0, 0, 1], admin)),
+            listen,
+            logs,
+            exit: None,
+        }
+    }
+
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit() {
+                std::thread::sleep(Duration::from_millis(50));
+                return Err(format!("exited with {status}\n{}", self.logs().join("\n")));
+            }
+            if self.admin_get("/readyz").is_ok_and(|r| r.status == 200) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("timeout\n{}", self.logs().join("\n")));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().ok().flatten();
+        }
+        self.exit
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.try_exit() {
+                // Let the log reader catch the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// GET on the admin listener.
+    pub fn admin_get(&self, path: &str) -> std::io::Result<Response> {
+        let mut c = HttpConn::tcp(self.admin)?;
+        c.send(
+            format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
+        )?;
+        c.read_response()
+    }
+
+    pub fn metrics(&self) -> String {
+        let r = self.admin_get("/metrics").expect("GET /metrics");
+        assert_eq!(r.status, 200, "/metrics status");
+        r.text()
+    }
+
+    /// One metric summed over the series matching `labels`; 0 when absent.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        support::metric(&self.metrics(), name, labels).unwrap_or(0.0)
+    }
+
+    /// Polls until `metric(name, labels)` satisfies `pred`; returns the value, or panics.
+    pub fn wait_metric(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        timeout: Duration,
+        pred: impl Fn(f64) -> bool,
+    ) -> f64 {
+        poll_until(timeout, || {
+            let v = self.metric(name, labels);
+            pred(v).then_some(v)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: {name}{labels:?} never satisfied the condition within {timeout:?} (now {})\n{}",
+                self.name,
+                self.metric(name, labels),
+                self.metrics()
+            )
+        })
+    }
+
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().expect("logs").clone()
+    }
+
+    pub fn wait_log(&self, timeout: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+        poll_until(timeout, || self.logs().into_iter().find(|l| pred(l)))
+    }
+
+    /// Access-log lines (target `access`).
+    pub fn access_logs(&self) -> Vec<String> {
+        self.logs()
+            .into_iter()
+            .filter(|l| l.contains(" access:"))
+            .collect()
+    }
+
+    /// Kills the process (SIGKILL to its PID).
+    pub fn kill(&mut self) {
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- ironic-proxy {} logs (pid {}) ---\n{}",
+                self.name,
+                self.child.id(),
+                self.logs().join("\n")
+            );
+        }
+    }
+}
+
+/// Runs `ironic-proxy ARGS` to completion (for `check`, `ca`, `cert`).
+pub fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
+    support::proxy::command(args, env, &["IRONIC_PROXY_CONFIG"])
+}
+
+/// `ironic-proxy ca init --out DIR EXTRA...`; returns (ca.crt, ca.key).
+pub fn ca_init(dir: &Path, extra: &[&str]) -> (PathBuf, PathBuf) {
+    let out = dir.display().to_string();
+    let mut args = vec!["ca", "init", "--out", &out];
+    args.extend_from_slice(extra);
+    let o = cli(&args, &[]);
+    assert!(o.ok(), "ca init: {o:?}");
+    (dir.join("ca.crt"), dir.join("ca.key"))
+}
+
+/// A certificate and key in PEM, read from files.
+#[derive(Clone, Debug)]
+pub struct Pem {
+    pub cert: String,
+    pub key: String,
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
+}
+
+/// `ironic-proxy cert issue` from the CA `(ca.crt, ca.key)` into `out` with `sans` (`--dns X`,
+/// `--ip Y`, ...).
+pub fn cert_issue(ca: &(PathBuf, PathBuf), out: &Path, sans: &[&str]) -> Pem {
+    let (c, k, o) = (
+        ca.0.display().to_string(),
+        ca.1.display().to_string(),
+        out.display().to_string(),
+    );
+    let mut args = vec![
+        "cert",
+        "issue",
+        "--ca-cert",
+        &c,
+        "--ca-key",
+        &k,
+        "--out",
+        &o,
+    ];
+    args.extend_from_slice(sans);
+    let r = cli(&args, &[]);
+    assert!(r.ok(), "cert issue: {r:?}");
+    let (cert_path, key_path) = (out.join("tls.crt"), out.join("tls.key"));
+    Pem {
+        cert: std::fs::read_to_string(&cert_path).expect("tls.crt"),
+        key: std::fs::read_to_string(&key_path).expect("tls.key"),
+        cert_path,
+        key_path,
+    }
+}
+
+/// The first certificate of a PEM text, DER.
+pub fn pem_der(pem: &str) -> Vec<u8> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .expect("a PEM certificate")
+        .expect("valid PEM")
+        .to_vec()
+}
+
+/// Serial number (hex, colon-separated as x509-parser prints it).
+pub fn serial(der: &[u8]) -> String {
+    let (_, c) = x509_parser::parse_x509_certificate(der).expect("certificate parses");
+    c.raw_serial_as_string()
+}
+
+/// SANs as `DNS:name` / `IP:addr`.
+pub fn sans(der: &[u8]) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let (_, c) = x509_parser::parse_x509_certificate(der).expect("certificate parses");
+    let mut out = Vec::new();
+    if let Ok(Some(san)) = c.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                GeneralName::DNSName(d) => out.push(format!("DNS:{d}")),
+                GeneralName::IPAddress(b) if b.len() == 4 => {
+                    let a: [u8; 4] = (*b).try_into().expect("4 bytes");
+                    out.push(format!("IP:{}", IpAddr::from(a)));
+                }
+                GeneralName::IPAddress(b) if b.len() == 16 => {
+                    let a: [u8; 16] = (*b).try_into().expect("16 bytes");
+                    out.push(format!("IP:{}", IpAddr::from(a)));
+                }
+                other => out.push(format!("{other:?}")),
+            }
+        }
+    }
+    out
+}
+
+/// `notAfter` as a Unix timestamp.
+pub fn not_after(der: &[u8]) -> i64 {
+    let (_, c) = x509_parser::parse_x509_certificate(der).expect("certificate parses");
+    c.validity().not_after.timestamp()
+}
+
+/// Whether the private key (PEM) belongs to the certificate (PEM, first block), the way rustls
+/// checks a configured pair (`CertifiedKey::keys_match`).
+pub fn key_matches(cert_pem: &str, key_pem: &str) -> Result<(), String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("certificate PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("no certificate".into());
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| format!("key PEM: {e}"))?;
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("key: {e}"))?;
+    rustls::sign::CertifiedKey::new(certs, signing)
+        .keys_match()
+        .map_err(|e| e.to_string())
+}
+
+/// A rustls client config trusting `ca_pem`, presenting `client` (cert PEM, key PEM) if given.
+pub fn client_config(ca_pem: &str, client: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.expect("CA PEM")).expect("add CA");
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_root_certificates(roots);
+    let mut cfg = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .expect("client cert PEM"),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key PEM"),
+            )
+            .expect("client cert"),
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(cfg)
+}
+
+/// A TLS connection to `addr` verifying the server as `name`, handshake completed.
+pub fn tls_conn(
+    addr: SocketAddr,
+    name: &str,
+    cfg: Arc<rustls::ClientConfig>,
+) -> std::io::Result<HttpConn<support::TlsStream>> {
+    let tcp = TcpStream::connect_timeout(&addr, support::IO_TIMEOUT)?;
+    tcp.set_read_timeout(Some(support::IO_TIMEOUT))?;
+    tcp.set_write_timeout(Some(support::IO_TIMEOUT))?;
+    tcp.set_nodelay(true)?;
+    let name = ServerName::try_from(name.to_owned()).map_err(std::io::Error::other)?;
+    let conn = rustls::ClientConnection::new(cfg, name).map_err(std::io::Error::other)?;
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock)?;
+    }
+    Ok(HttpConn::new(s))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Load balancer configs.
+
+/// A proxy with one listener named `api` whose upstream has peers found through DNS.
+#[derive(Clone, Debug)]
+pub struct Lb {
+    /// The DNS server to ask (`[dns] servers`).
+    pub dns: SocketAddr,
+    /// `[dns] refresh`.
+    pub refresh: String,
+    /// `upstream.dns`: `name:port`.
+    pub target: String,
+    /// `upstream.local`, if any (`unix:/path`).
+    pub local: Option<String>,
+    pub balance: String,
+    /// `health.interval`; the health path is `/health` (the backends' `HEALTH_PATH`).
+    pub interval: String,
+    /// `health.unhealthy_after`.
+    pub unhealthy_after: u32,
+    /// `upstream.tls`.
+    pub tls_peers: bool,
+    /// The listener's `tls` (`none`, `server`, `mutual`).
+    pub listener_tls: String,
+    /// A whole `[identity]` table, if any.
+    pub identity: Option<String>,
+}
+
+impl Lb {
+    /// Plain listener, round robin, no local, no TLS, refresh and health interval 1 s.
+    pub fn new(dns: SocketAddr, target: &str) -> Self {
+        Self {
+            dns,
+            refresh: "1s".into(),
+            target: target.into(),
+            local: None,
+            balance: "round_robin".into(),
+            interval: "1s".into(),
+            unhealthy_after: 2,
+            tls_peers: false,
+            listener_tls: "none".into(),
+            identity: None,
+        }
+    }
+
+    pub fn render(&self) -> impl Fn(u16, SocketAddr) -> String {
+        let me = self.clone();
+        move |admin, listen| {
+            let mut o = me.identity.clone().unwrap_or_default();
+            o.push_str(&format!(
+                r#"
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[dns]
+servers = ["{dns}"]
+refresh = "{refresh}"
+
+[limits]
+upstream_timeout = "5s"
+drain_timeout = "1s"
+
+[[listeners]]
+name = "api"
+listen = "{listen}"
+tls = "{tls}"
+
+[listeners.upstream]
+dns = "{target}"
+balance = "{balance}"
+tls = {tls_peers}
+health = {{ path = "/health", interval = "{interval}", timeout = "500ms", unhealthy_after = {unhealthy}, healthy_after = 1 }}
+"#,
+                dns = me.dns,
+                refresh = me.refresh,
+                tls = me.listener_tls,
+                target = me.target,
+                balance = me.balance,
+                tls_peers = me.tls_peers,
+                interval = me.interval,
+                unhealthy = me.unhealthy_after,
+            ));
+            if let Some(local) = &me.local {
+                o.push_str(&format!("local = {}\n", toml_str(local)));
+            }
+            o
+        }
+    }
+}
+
+/// Upstream endpoints of the `api` upstream in `state` (`healthy`, `unhealthy`, `ejected`).
+pub fn endpoints(node: &Node, state: &str) -> f64 {
+    node.metric(
+        "ironic_proxy_upstream_endpoints",
+        &[("upstream", "api"), ("state", state)],
+    )
+}
+
+// ------------------------------------------------------------------------------------------------
+// Load.
+
+/// One request's outcome as the client saw it.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub at: Instant,
+    /// The answering backend (`x-backend`), or the error: a status other than 200 or an I/O
+    /// failure.
+    pub result: Result<String, String>,
+}
+
+/// Worker threads sending `GET /load/<worker>/<n>` over keep-alive connections to a plain
+/// listener until stopped, a request count or a time limit is reached; every outcome recorded.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    outcomes: Arc<Mutex<Vec<Outcome>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    pub fn start(addr: SocketAddr, workers: usize, max_per_worker: usize, max: Duration) -> Self {
+        Self::start_method(addr, "GET", workers, max_per_worker, max)
+    }
+
+    /// Like [`Self::start`] with another method (`POST`: an empty body, never retried by the
+    /// proxy once sent).
+    pub fn start_method(
+        addr: SocketAddr,
+        method: &'static str,
+        workers: usize,
+        max_per_worker: usize,
+        max: Duration,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let threads = (0..workers)
+            .map(|w| {
+                let (stop, outcomes) = (stop.clone(), outcomes.clone());
+                std::thread::spawn(move || {
+                    let deadline = Instant::now() + max;
+                    let mut conn: Option<HttpConn<TcpStream>> = None;
+                    for n in 0..max_per_worker {
+                        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                            break;
+                        }
+                        let path = format!("/load/{w}/{n}");
+                        let result = request_backend(&mut conn, addr, method, &path);
+                        outcomes.lock().expect("outcomes").push(Outcome {
+                            at: Instant::now(),
+                            result,
+                        });
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            outcomes,
+            threads,
+        }
+    }
+
+    /// Outcomes so far.
+    pub fn outcomes(&self) -> Vec<Outcome> {
+        self.outcomes.lock().expect("outcomes").clone()
+    }
+
+    /// Waits for the workers to reach their count or time limit; returns every outcome.
+    pub fn wait(mut self) -> Vec<Outcome> {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.outcomes()
+    }
+
+    /// Stops the workers and returns every outcome.
+    pub fn finish(mut self) -> Vec<Outcome> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.outcomes()
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One GET on a reused connection (opened when missing, dropped after any failure); returns the
+/// backend id from `x-backend`, or what went wrong.
+pub fn get_backend(
+    conn: &mut Option<HttpConn<TcpStream>>,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<String, String> {
+    request_backend(conn, addr, "GET", path)
+}
+
+/// Like [`get_backend`] with any method (no body).
+pub fn request_backend(
+    conn: &mut Option<HttpConn<TcpStream>>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> Result<String, String> {
+    if conn.is_none() {
+        *conn = Some(HttpConn::tcp(addr).map_err(|e| format!("connect: {e}"))?);
+    }
+    let c = conn.as_mut().expect("connected");
+    match c.request(method, path, &[], b"") {
+        Ok(r) if r.status == 200 => {
+            if r.header("connection")
+                .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+            {
+                *conn = None;
+            }
+            Ok(r.header("x-backend").unwrap_or("(none)").to_owned())
+        }
+        Ok(r) => {
+            *conn = None;
+            Err(format!("{} {}", r.status, r.text()))
+        }
+        Err(e) => {
+            *conn = None;
+            Err(format!("{e}"))
+        }
+    }
+}
+
+/// Failures among outcomes, for messages.
+pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .filter_map(|o| o.result.as_ref().err().cloned())
+        .collect()
+}
+
+/// Requests answered by `id`.
+pub fn answered_by(outcomes: &[Outcome], id: &str) -> usize {
+    outcomes
+        .iter()
+        .filter(|o| o.result.as_deref() == Ok(id))
+        .count()
+}

@@ -1,0 +1,304 @@
+//! A real HTTP/1.1 upstream on a unix socket (hyper 1) that records every request it receives
+//! (connection id, method, path, headers, body) and answers configurable responses.
+//!
+//! It runs on its own thread and runtime, so tests can block freely. Requests are recorded as
+//! soon as their body has been read, before any configured delay, so a test can see that a
+//! request is in flight at the upstream. A request whose body broke off is recorded with
+//! `complete = false`; a request hyper could not even parse is counted in `malformed`.
+//!
+//! The default responder reads its instructions from the query string: `status=N`,
+//! `delay_ms=N`, `size=N` (a body of N `x` bytes instead of the JSON echo) and `hop=1` (add
+//! hop-by-hop headers to the response, which the proxy must strip).
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::UnixListener;
+
+/// One request as the upstream received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Which upstream connection (1, 2, ...) carried it.
+    pub conn: u64,
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    pub version: String,
+    /// Names lower-cased (as hyper stores them), in arrival order, duplicates kept.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub complete: bool,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of a header.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// The query parameter `key`, if present.
+    pub fn query(&self, key: &str) -> Option<&str> {
+        let q = self.path.split_once('?')?.1;
+        q.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
+}
+
+/// What to answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub delay: Duration,
+}
+
+pub type Responder = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
+
+/// The default responder (see the module docs).
+pub fn default_reply(r: &Recorded) -> Reply {
+    let status = r
+        .query("status")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let delay = Duration::from_millis(
+        r.query("delay_ms")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+    );
+    let body = match r.query("size").and_then(|s| s.parse::<usize>().ok()) {
+        Some(n) => vec![b'x'; n],
+        None => format!(
+            "{{\"upstream\":\"ok\",\"method\":\"{}\",\"path\":\"{}\",\"received\":{}}}",
+            r.method,
+            r.path.split('?').next().unwrap_or(""),
+            r.body.len()
+        )
+        .into_bytes(),
+    };
+    let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+    if r.query("hop") == Some("1") {
+        for (n, v) in [
+            ("connection", "x-upstream-hop"),
+            ("x-upstream-hop", "secret"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-authenticate", "Basic"),
+            ("x-upstream-end", "kept"),
+        ] {
+            headers.push((n.to_owned(), v.to_owned()));
+        }
+    }
+    Reply {
+        status,
+        headers,
+        body,
+        delay,
+    }
+}
+
+#[derive(Default)]
+struct State {
+    records: Mutex<Vec<Recorded>>,
+    connections: AtomicU64,
+    malformed: AtomicU64,
+}
+
+/// A running recording upstream; stops (and removes its socket) when dropped.
+pub struct Upstream {
+    pub path: PathBuf,
+    state: Arc<State>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Upstream {
+    /// Starts on `path` with the default responder.
+    pub fn start(path: &Path) -> Self {
+        Self::start_with(path, Arc::new(default_reply))
+    }
+
+    pub fn start_with(path: &Path, responder: Responder) -> Self {
+        let _ = std::fs::remove_file(path);
+        let std_listener = std::os::unix::net::UnixListener::bind(path)
+            .unwrap_or_else(|e| panic!("bind upstream {}: {e}", path.display()));
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let state = Arc::new(State::default());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let st = state.clone();
+        let thread = std::thread::Builder::new()
+            .name("upstream".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("upstream runtime");
+                rt.block_on(serve(std_listener, st, responder, stopped));
+            })
+            .expect("spawn upstream thread");
+        Self {
+            path: path.to_owned(),
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// `unix:/path`, as the proxy config wants it.
+    pub fn address(&self) -> String {
+        format!("unix:{}", self.path.display())
+    }
+
+    /// Every request received so far, complete or not.
+    pub fn all(&self) -> Vec<Recorded> {
+        self.state.records.lock().expect("records").clone()
+    }
+
+    /// Requests received in full.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.all().into_iter().filter(|r| r.complete).collect()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// Connections on which hyper failed to parse a request.
+    pub fn malformed(&self) -> u64 {
+        self.state.malformed.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `n` requests (complete or not) arrived; returns them all.
+    pub fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Recorded> {
+        super::poll_until(timeout, || {
+            let all = self.all();
+            (all.len() >= n).then_some(all)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "upstream got {} request(s), expected {n}: {:#?}",
+                self.all().len(),
+                self.all()
+            )
+        })
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+async fn serve(
+    std_listener: std::os::unix::net::UnixListener,
+    state: Arc<State>,
+    responder: Responder,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = UnixListener::from_std(std_listener).expect("tokio listener");
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(_) => continue,
+            },
+            _ = &mut stopped => return,
+        };
+        let conn_id = state.connections.fetch_add(1, Ordering::SeqCst) + 1;
+        let state = state.clone();
+        let responder = responder.clone();
+        tokio::spawn(async move {
+            let st = state.clone();
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let state = st.clone();
+                let responder = responder.clone();
+                async move { Ok::<_, Infallible>(handle(req, conn_id, &state, &responder).await) }
+            });
+            if let Err(e) = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
+                if e.is_parse() || e.is_parse_status() {
+                    state.malformed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    conn: u64,
+    state: &State,
+    responder: &Responder,
+) -> Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    let (body, complete) = match body.collect().await {
+        Ok(b) => (b.to_bytes().to_vec(), true),
+        Err(_) => (Vec::new(), false),
+    };
+    let rec = Recorded {
+        conn,
+        method: parts.method.to_string(),
+        path: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.to_string(), |pq| pq.as_str().to_owned()),
+        version: format!("{:?}", parts.version),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body,
+        complete,
+    };
+    let reply = responder(&rec);
+    state.records.lock().expect("records").push(rec);
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut resp = Response::new(Full::new(Bytes::from(reply.body)));
+    *resp.status_mut() = hyper::StatusCode::from_u16(reply.status).expect("status");
+    for (n, v) in reply.headers {
+        resp.headers_mut().append(
+            hyper::header::HeaderName::from_bytes(n.as_bytes()).expect("header name"),
+            hyper::header::HeaderValue::from_str(&v).expect("header value"),
+        );
+    }
+    resp
+}
