@@ -7,7 +7,7 @@
 //! idle; [`InFlight`] guards count requests until their response body ends.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -96,12 +96,18 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: S,
         clock: Arc<ConnClock>,
+        // HTTP/1.1 only: watches for framing hyper would repair silently (see `scan`).
+        scan: Option<(super::scan::Scan, Arc<AtomicBool>)>,
     }
 }
 
 impl<S> Activity<S> {
-    pub(crate) fn new(inner: S, clock: Arc<ConnClock>) -> Self {
-        Self { inner, clock }
+    pub(crate) fn new(inner: S, clock: Arc<ConnClock>, ambiguous: Option<Arc<AtomicBool>>) -> Self {
+        Self {
+            inner,
+            clock,
+            scan: ambiguous.map(|flag| (super::scan::Scan::default(), flag)),
+        }
     }
 }
 
@@ -116,6 +122,11 @@ impl<S: AsyncRead> AsyncRead for Activity<S> {
         let r = this.inner.poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             this.clock.note_read();
+            if let Some((scan, flag)) = this.scan {
+                if scan.feed(&buf.filled()[before..]) {
+                    flag.store(true, Ordering::Release);
+                }
+            }
         }
         r
     }

@@ -8,6 +8,7 @@
 //! bounds that wait by `limits.drain_timeout`.
 
 mod conn;
+mod scan;
 
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
@@ -205,9 +206,10 @@ impl Listener {
                 allowed: true,
                 ..ConnInfo::default()
             };
+            let scan = Some(info.ambiguous.clone());
             return self
                 .serve(
-                    Activity::new(io, clock.clone()),
+                    Activity::new(io, clock.clone(), scan),
                     false,
                     info,
                     clock,
@@ -254,8 +256,9 @@ impl Listener {
             info.xfcc = Some(id.xfcc().into());
             info.identity = Some(Arc::new(id));
         }
+        let scan = (!h2).then(|| info.ambiguous.clone());
         self.serve(
-            Activity::new(stream, clock.clone()),
+            Activity::new(stream, clock.clone(), scan),
             h2,
             info,
             clock,

@@ -43,6 +43,9 @@ pub struct ConnInfo {
     /// The identity in `X-Forwarded-Client-Cert` form, computed once per connection.
     pub xfcc: Option<Arc<str>>,
     pub tls: bool,
+    /// Set by the listener when the raw HTTP/1.1 bytes showed ambiguous framing that hyper
+    /// repaired (`Content-Length` with `Transfer-Encoding`, or repeated): refuse and close.
+    pub ambiguous: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// One listener's forwarding service.
@@ -114,6 +117,11 @@ impl Proxy {
         }
         if !req.uri().path().starts_with('/') {
             return Err(ProxyError::BadRequest("request target must be a path"));
+        }
+        if conn.ambiguous.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ProxyError::BadRequest(
+                "ambiguous framing (Content-Length with Transfer-Encoding, or repeated)",
+            ));
         }
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
