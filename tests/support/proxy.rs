@@ -405,7 +405,8 @@ impl Drop for Proxy {
     }
 }
 
-/// Runs `ironic-proxy <args>` to completion (for `check` and start-up failures).
+/// Runs `ironic-proxy <args>` to completion (for `check` and start-up failures); fails the
+/// test if it is still running after 10 seconds.
 pub fn command(args: &[&str], env: &[(&str, &str)], unset: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args).env("RUST_LOG", "info");
@@ -415,5 +416,5 @@ pub fn command(args: &[&str], env: &[(&str, &str)], unset: &[&str]) -> Output {
     for k in unset {
         cmd.env_remove(k);
     }
-    run(&mut cmd, b"")
+    super::run_timeout(&mut cmd, b"", Duration::from_secs(10))
 }
