@@ -88,6 +88,11 @@ fn a_missing_file_names_its_key() {
         .unwrap();
         assert_refused(&cfg, &[key, &missing]);
     }
+    // Present but not a certificate: also named.
+    std::fs::write(sb.path("tls.crt"), "not a certificate\n").unwrap();
+    let cfg = sb.path("garbage.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    assert_refused(&cfg, &["identity.cert", &tls_crt]);
 }
 
 #[test]
