@@ -371,6 +371,8 @@ async fn drive<C: Graceful>(conn: C, clock: Arc<ConnClock>, mut shutdown: watch:
                 draining = true;
                 conn.as_mut().graceful();
             }
+            // A request began or ended, or a new head started: recompute the deadline.
+            () = clock.changed() => {}
             () = tokio::time::sleep_until(wake) => {
                 if clock.deadline().is_some_and(|d| d <= Instant::now()) {
                     // Nothing in flight: closing loses nothing.
