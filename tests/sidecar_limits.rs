@@ -165,9 +165,11 @@ fn request_head_timeout_cuts_slowloris_heads_and_stalled_handshakes() {
     assert!(closed.is_some(), "slowloris connection must be closed");
     assert_between("slowloris", start.elapsed(), 0.8, 2.5);
 
-    // The next head on a keep-alive connection: timed from its first byte.
+    // The next head on a keep-alive connection: timed from its first byte, even when it starts
+    // after the connection has been idle for longer than the head timeout (idle_timeout is 10s).
     let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
     assert_eq!(c.get("/first").unwrap().status, 200);
+    std::thread::sleep(Duration::from_millis(1500));
     let start = Instant::now();
     c.send(b"GET /second HTTP/1.1\r\n").unwrap();
     assert!(
