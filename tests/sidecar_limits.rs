@@ -322,7 +322,10 @@ fn bodies_over_max_body_bytes_get_413_for_content_length_and_chunked() {
         }
     }
 
-    // curl over TLS, HTTP/1.1 chunked and HTTP/2 with a length.
+    // curl over TLS: HTTP/1.1 chunked, and with a length (curl sends `Expect: 100-continue` and
+    // must get the 413 instead of a 100). HTTP/2 is left out: curl 7.88 reports a framing error
+    // when the server ends an upload early with RST_STREAM(NO_ERROR) after a complete response,
+    // which is what RFC 9113 §8.1 prescribes and what the proxy sends.
     let body = sb.path("big.bin");
     std::fs::write(&body, vec![b'c'; 2000]).unwrap();
     let data = format!("@{}", body.display());
@@ -330,7 +333,7 @@ fn bodies_over_max_body_bytes_get_413_for_content_length_and_chunked() {
     let ca = ca.to_str().unwrap();
     for extra in [
         &["--http1.1", "-H", "Transfer-Encoding: chunked"][..],
-        &["--http2"],
+        &["--http1.1"],
     ] {
         let mut args = vec![
             "--cacert",
