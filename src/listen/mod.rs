@@ -83,7 +83,8 @@ pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
 pub struct Listener {
     pub name: String,
     cfg: ListenerConfig,
-    bound: Bound,
+    /// Taken by [`Listener::run`]: only the accept loop may hold the socket (see there).
+    bound: Option<Bound>,
     tls: Option<Arc<ReloadableServer>>,
     proxy: Arc<Proxy>,
     limits: Limits,
@@ -104,7 +105,7 @@ impl Listener {
         Self {
             name: cfg.name.clone(),
             cfg,
-            bound,
+            bound: Some(bound),
             tls,
             proxy,
             limits,
@@ -123,12 +124,18 @@ impl Listener {
     }
 
     /// Accepts until `shutdown` turns true, then drops the socket.
-    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+    pub async fn run(mut self, shutdown: watch::Receiver<bool>) {
+        // The socket stays out of the `Arc` that connection tasks share: otherwise an in-flight
+        // connection kept it open during the drain, and the kernel kept completing handshakes
+        // into a backlog nobody accepts any more instead of refusing them.
+        let Some(bound) = self.bound.take() else {
+            return;
+        };
         let this = Arc::new(self);
         let mut stop = shutdown.clone();
         loop {
             let accepted = tokio::select! {
-                r = this.accept() => r,
+                r = accept(&bound) => r,
                 _ = stop.wait_for(|s| *s) => break,
             };
             let (io, peer) = match accepted {
@@ -169,23 +176,10 @@ impl Listener {
                 drop(permit);
             });
         }
-        if let Bound::Unix(_, path) = &this.bound {
+        if let Bound::Unix(_, path) = &bound {
             let _ = std::fs::remove_file(path);
         }
-    }
-
-    async fn accept(&self) -> std::io::Result<(Stream, Option<SocketAddr>)> {
-        match &self.bound {
-            Bound::Tcp(l) => {
-                let (s, peer) = l.accept().await?;
-                let _ = s.set_nodelay(true);
-                Ok((Stream::Tcp(s), Some(peer)))
-            }
-            Bound::Unix(l, _) => {
-                let (s, _) = l.accept().await?;
-                Ok((Stream::Unix(s), None))
-            }
-        }
+        drop(bound);
     }
 
     async fn connection<S>(&self, io: S, peer: Option<SocketAddr>, shutdown: watch::Receiver<bool>)
@@ -315,6 +309,20 @@ impl Listener {
                 .keep_alive(true)
                 .serve_connection(io, svc);
             drive(conn, clock, shutdown).await;
+        }
+    }
+}
+
+async fn accept(bound: &Bound) -> std::io::Result<(Stream, Option<SocketAddr>)> {
+    match bound {
+        Bound::Tcp(l) => {
+            let (s, peer) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok((Stream::Tcp(s), Some(peer)))
+        }
+        Bound::Unix(l, _) => {
+            let (s, _) = l.accept().await?;
+            Ok((Stream::Unix(s), None))
         }
     }
 }
