@@ -139,3 +139,24 @@ fn sigint_drains_like_sigterm() {
         signalled.elapsed()
     );
 }
+
+/// A signal sent the moment `/readyz` says 200 is handled, not fatal: the handlers must be in
+/// place before the proxy reports ready (a reloader may send SIGHUP right after start, the
+/// kubelet SIGTERM). Timing-dependent, so it tries a few starts; it cannot pass by accident.
+#[test]
+fn signals_sent_right_after_ready_are_handled() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let builder = sb.proxy().listener("api", Tls::Server, &up.address());
+    for i in 0..6 {
+        let mut proxy = builder.start();
+        proxy.signal("HUP");
+        proxy.signal("TERM");
+        let exit = proxy.wait_exit(Duration::from_secs(5));
+        assert_eq!(
+            exit.and_then(|s| s.code()),
+            Some(0),
+            "start {i}: SIGHUP then SIGTERM right after ready must drain and exit 0, got {exit:?}"
+        );
+    }
+}
