@@ -192,6 +192,25 @@ impl ProxyBuilder {
         (path, admin, ports)
     }
 
+    /// Starts the proxy and waits only until `/healthz` answers 200 (for proxies that are
+    /// expected not to be ready).
+    pub fn start_unready(&self) -> Proxy {
+        let (config, admin, ports) = self.write_config();
+        let mut proxy = Proxy::spawn(&config, admin, ports, self.json_logs);
+        let up = poll_until(Duration::from_secs(10), || {
+            if proxy.try_exit().is_some() {
+                return Some(false);
+            }
+            proxy
+                .admin_get("/healthz")
+                .ok()
+                .filter(|r| r.status == 200)
+                .map(|_| true)
+        });
+        assert_eq!(up, Some(true), "proxy did not start: {:?}", proxy.logs());
+        proxy
+    }
+
     /// Starts the proxy and waits until `/readyz` answers 200. A port taken between picking and
     /// binding (a small race with other processes) is retried with new ports.
     pub fn start(&self) -> Proxy {
