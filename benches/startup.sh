@@ -122,8 +122,9 @@ for i in range(runs):
         up = Upstream(sock, Handler)
         threading.Thread(target=up.serve_forever, daemon=True).start()
         url = f"https://127.0.0.1:{env['IRONIC_PROXY_API_LISTEN'].rsplit(':', 1)[1]}/v1"
-        out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}\n",
-                              "--cacert", os.path.join(work, "certs", "ca.crt")] + [url] * 200,
+        out = subprocess.run(["curl", "-s", "-w", "%{http_code}\n",
+                              "--cacert", os.path.join(work, "certs", "ca.crt")]
+                             + ["-o", "/dev/null", url] * 200,
                              capture_output=True, text=True, check=True)
         codes = out.stdout.split()
         assert codes == ["200"] * 200, f"warm-up requests failed: {set(codes)}"
@@ -134,8 +135,8 @@ for i in range(runs):
     proc.wait(timeout=10)
     rows.append(row)
 
-print(f"ironic-proxy {subprocess.run([binary, '--version'], capture_output=True, text=True).stdout.strip()}"
-      f" (release), config/default.toml, {runs} runs, {os.cpu_count()} CPUs")
+version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
+print(f"{version} (release), config/default.toml, {runs} runs, {os.cpu_count()} CPUs")
 print()
 print(f"{'run':>4} {'start-to-ready ms':>18} {'idle RSS KiB':>13} {'idle PSS KiB':>13}")
 for r in rows:
@@ -146,8 +147,8 @@ pss = [r[3] for r in rows]
 print()
 print(f"{'':>4} {'min':>10} {'median':>10} {'max':>10}")
 print(f"{'ready ms':>12} {min(ready_ms):>6.2f} {statistics.median(ready_ms):>10.2f} {max(ready_ms):>10.2f}")
-print(f"{'idle RSS KiB':>12} {min(rss):>6} {statistics.median(rss):>10} {max(rss):>10}")
-print(f"{'idle PSS KiB':>12} {min(pss):>6} {statistics.median(pss):>10} {max(pss):>10}")
+print(f"{'idle RSS KiB':>12} {min(rss):>6} {statistics.median(rss):>10.0f} {max(rss):>10}")
+print(f"{'idle PSS KiB':>12} {min(pss):>6} {statistics.median(pss):>10.0f} {max(pss):>10}")
 last = rows[-1]
 print()
 print(f"after 200 HTTPS requests on one keep-alive connection (last run): "
