@@ -110,6 +110,11 @@ impl Proxy {
         if !conn.allowed {
             return Err(ProxyError::Forbidden);
         }
+        // hyper's `max_buf_size` is only checked between reads, so a head up to about twice
+        // `header_bytes` can arrive whole in one read and pass; this makes the limit exact.
+        if head_size(&req) > self.limits.header_bytes {
+            return Err(ProxyError::HeadTooLarge(self.limits.header_bytes));
+        }
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
         let (mut parts, incoming) = req.into_parts();
@@ -184,6 +189,18 @@ impl Proxy {
             endpoint.name.clone(),
         ))
     }
+}
+
+/// The size of a request head as HTTP/1.1 writes it: request line, `name: value\r\n` per
+/// field, and the blank line.
+fn head_size<B>(req: &Request<B>) -> usize {
+    let target = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
+    let fields: usize = req
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len() + fields + 2
 }
 
 fn cut_error(cut: &CutSlot, max: u64) -> Option<ProxyError> {
