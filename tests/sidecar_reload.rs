@@ -75,6 +75,10 @@ fn sighup_after_renaming_new_files_over_serves_the_new_certificate() {
     let mut old = HttpConn::tls(proxy.addr("api"), cfg.clone()).unwrap();
     assert_eq!(old.get("/before").unwrap().status, 200);
     assert_eq!(old.peer_leaf(), sb.server.der);
+    // The file watcher's first look (its interval's first tick) can land a few ms after
+    // /readyz turns 200, and would legitimately notice a change made before it. That look is
+    // not observable from outside, so give it time: after it, only SIGHUP can trigger a reload.
+    std::thread::sleep(Duration::from_millis(200));
 
     let new = sb.ca.server_leaf();
     rename_over(&sb.path("tls.crt"), &new.cert_pem);
@@ -241,14 +245,17 @@ fn a_bad_new_certificate_keeps_the_last_good_one() {
         ("garbage", "not a certificate\n"),
         ("mismatched key", &other.cert_pem),
     ] {
+        let failures = || {
+            proxy.metric(
+                "ironic_proxy_reload_failures_total",
+                &[("what", "certificate")],
+            )
+        };
+        let before = failures();
         rename_over(&sb.path("tls.crt"), crt);
         proxy.signal("HUP");
         let failed = poll_until(Duration::from_secs(3), || {
-            let n = proxy.metric(
-                "ironic_proxy_reload_failures_total",
-                &[("what", "certificate")],
-            );
-            (n >= 1.0).then_some(n)
+            (failures() > before).then_some(())
         });
         assert!(failed.is_some(), "{what}: reload failure must be counted");
         assert_eq!(
@@ -259,13 +266,6 @@ fn a_bad_new_certificate_keeps_the_last_good_one() {
         let mut c = HttpConn::tls(proxy.addr("api"), cfg.clone()).unwrap();
         assert_eq!(c.get("/still-serving").unwrap().status, 200, "{what}");
     }
-    assert_eq!(
-        proxy.metric(
-            "ironic_proxy_reload_failures_total",
-            &[("what", "certificate")]
-        ),
-        2.0
-    );
     assert!(
         proxy
             .logs()
