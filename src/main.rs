@@ -123,12 +123,17 @@ fn run(config: Config) -> ExitCode {
         Err(e) => return fail(&e),
     };
     rt.block_on(async move {
+        // Before start: /readyz turns 200 inside it, and a signal must not find no handler.
+        let signals = ironic_proxy::signal::Signals::install();
         let server = match Server::start(config).await {
             Ok(s) => s,
             Err(e) => return fail(&e),
         };
         tracing::info!("ready");
-        let reason = ironic_proxy::signal::wait(server.identity.clone()).await;
+        let reason = match signals {
+            Some(s) => s.wait(server.identity.clone()).await,
+            None => std::future::pending().await,
+        };
         tracing::info!(signal = reason, "draining");
         server.drain().await;
         ExitCode::SUCCESS

@@ -2,28 +2,54 @@
 //! certificates and the trust bundle and keeps waiting.
 
 use crate::identity::Identity;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
-/// Waits for SIGTERM or SIGINT, serving SIGHUP reloads meanwhile; returns the signal's name.
-pub async fn wait(identity: Option<Identity>) -> &'static str {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::error!("cannot install signal handlers; running until killed");
-        return std::future::pending().await;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => return "SIGTERM",
-            _ = int.recv() => return "SIGINT",
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading certificates and trust bundle");
-                if let Some(id) = &identity {
-                    id.reload();
+/// The process's signal handlers, installed once.
+pub struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    /// Installs the handlers. Do it before anything can report ready: until then SIGTERM and
+    /// SIGHUP keep their default action, which kills the process (no drain, no reload).
+    pub fn install() -> Option<Self> {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(term), Ok(int), Ok(hup)) => Some(Self { term, int, hup }),
+            _ => {
+                tracing::error!("cannot install signal handlers; running until killed");
+                None
+            }
+        }
+    }
+
+    /// Waits for SIGTERM or SIGINT, serving SIGHUP reloads meanwhile; returns the signal's name.
+    pub async fn wait(mut self, identity: Option<Identity>) -> &'static str {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return "SIGTERM",
+                _ = self.int.recv() => return "SIGINT",
+                _ = self.hup.recv() => {
+                    tracing::info!("SIGHUP: reloading certificates and trust bundle");
+                    if let Some(id) = &identity {
+                        id.reload();
+                    }
                 }
             }
         }
+    }
+}
+
+/// [`Signals::install`] then [`Signals::wait`]; runs until killed if the handlers cannot be
+/// installed.
+pub async fn wait(identity: Option<Identity>) -> &'static str {
+    match Signals::install() {
+        Some(s) => s.wait(identity).await,
+        None => std::future::pending().await,
     }
 }

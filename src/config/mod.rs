@@ -38,8 +38,15 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("invalid TOML: {0}")]
-    Toml(#[source] toml::de::Error),
+    /// Syntax error; `message` is toml's on one line (its own Display draws a snippet).
+    #[error("invalid TOML at line {line}, column {column}: {message}")]
+    Toml {
+        line: usize,
+        column: usize,
+        message: String,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
     /// Every field error found; displayed on one line, the first one first.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Fields(Vec<FieldError>),
@@ -339,7 +346,16 @@ impl Config {
     pub fn parse(text: &str, env: &dyn Env) -> Result<Self, ConfigError> {
         let mut tree: toml::Value = toml::from_str::<toml::Table>(text)
             .map(toml::Value::Table)
-            .map_err(ConfigError::Toml)?;
+            .map_err(|source| {
+                let at = source.span().map_or(0, |r| r.start.min(text.len()));
+                let before = &text[..at];
+                ConfigError::Toml {
+                    line: before.matches('\n').count() + 1,
+                    column: before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1,
+                    message: one_line(source.message()),
+                    source: Box::new(source),
+                }
+            })?;
         let mut interp_errors = Vec::new();
         interp::expand_tree(&mut tree, "", env, &mut interp_errors);
         if !interp_errors.is_empty() {
@@ -484,9 +500,19 @@ fn deserialize<T: serde::de::DeserializeOwned>(
         };
         ConfigError::Fields(vec![FieldError {
             path,
-            source: msg(e.into_inner().to_string()),
+            // `message()`, not Display: Display appends "in `key`" on further lines.
+            source: msg(one_line(e.into_inner().message())),
         }])
     })
+}
+
+/// Errors are printed as one line on stderr (DESIGN: exit 1 with a one-line reason).
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn identity_from_raw(id: raw::RawIdentity, f: &mut Fields) -> Option<IdentityConfig> {

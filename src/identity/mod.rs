@@ -59,6 +59,13 @@ impl Material {
 pub enum IdentityError {
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// A file named by a config key could not be loaded; the key leads the message.
+    #[error("{key}: {source}")]
+    File {
+        key: &'static str,
+        #[source]
+        source: LoadError,
+    },
     #[error("identity.cert {cert} does not match identity.key {key}: {source}")]
     KeyMismatch {
         cert: PathBuf,
@@ -125,9 +132,10 @@ pub fn load_files(
     cert: &Path,
     key: &Path,
 ) -> Result<Material, IdentityError> {
-    let chain = load_chain(cert)?;
-    let key_der = load_key(key)?;
-    let (roots, trust_pem) = load_trust(&cfg.trust)?;
+    let file = |key: &'static str| move |source| IdentityError::File { key, source };
+    let chain = load_chain(cert).map_err(file("identity.cert"))?;
+    let key_der = load_key(key).map_err(file("identity.key"))?;
+    let (roots, trust_pem) = load_trust(&cfg.trust).map_err(file("identity.trust"))?;
     let provider = crate::tls::provider();
     let certified =
         CertifiedKey::from_der(chain.certs.clone(), key_der.key, &provider).map_err(|source| {

@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub(crate) struct ConnClock {
@@ -24,6 +26,9 @@ pub(crate) struct ConnClock {
     head_started: AtomicU64,
     head_timeout: Duration,
     idle_timeout: Duration,
+    /// Woken whenever [`ConnClock::deadline`] may have moved, so the connection's driver never
+    /// sleeps on a stale deadline (e.g. the first head deadline while an idle timeout runs).
+    changed: Notify,
 }
 
 impl ConnClock {
@@ -40,6 +45,7 @@ impl ConnClock {
             head_started: AtomicU64::new(0),
             head_timeout,
             idle_timeout,
+            changed: Notify::new(),
         })
     }
 
@@ -48,6 +54,7 @@ impl ConnClock {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.served.fetch_add(1, Ordering::AcqRel);
         self.head_started.store(0, Ordering::Release);
+        self.changed.notify_one();
         InFlight(self.clone())
     }
 
@@ -58,7 +65,14 @@ impl ConnClock {
         {
             let ms = u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
             self.head_started.store(ms + 1, Ordering::Release);
+            self.changed.notify_one();
         }
+    }
+
+    /// Resolves when the deadline may have changed since the last call (a stored permit makes a
+    /// change between reading the deadline and awaiting this one not get lost).
+    pub(crate) fn changed(&self) -> Notified<'_> {
+        self.changed.notified()
     }
 
     /// When the connection must be closed if nothing changes; `None` while requests run.
@@ -87,6 +101,7 @@ impl Drop for InFlight {
             *idle = Instant::now();
         }
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
     }
 }
 

@@ -84,7 +84,8 @@ pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
 pub struct Listener {
     pub name: String,
     cfg: ListenerConfig,
-    bound: Bound,
+    /// Taken by [`Listener::run`]: only the accept loop may hold the socket (see there).
+    bound: Option<Bound>,
     tls: Option<Arc<ReloadableServer>>,
     proxy: Arc<Proxy>,
     limits: Limits,
@@ -105,7 +106,7 @@ impl Listener {
         Self {
             name: cfg.name.clone(),
             cfg,
-            bound,
+            bound: Some(bound),
             tls,
             proxy,
             limits,
@@ -124,12 +125,18 @@ impl Listener {
     }
 
     /// Accepts until `shutdown` turns true, then drops the socket.
-    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+    pub async fn run(mut self, shutdown: watch::Receiver<bool>) {
+        // The socket stays out of the `Arc` that connection tasks share: otherwise an in-flight
+        // connection kept it open during the drain, and the kernel kept completing handshakes
+        // into a backlog nobody accepts any more instead of refusing them.
+        let Some(bound) = self.bound.take() else {
+            return;
+        };
         let this = Arc::new(self);
         let mut stop = shutdown.clone();
         loop {
             let accepted = tokio::select! {
-                r = this.accept() => r,
+                r = accept(&bound) => r,
                 _ = stop.wait_for(|s| *s) => break,
             };
             let (io, peer) = match accepted {
@@ -170,23 +177,10 @@ impl Listener {
                 drop(permit);
             });
         }
-        if let Bound::Unix(_, path) = &this.bound {
+        if let Bound::Unix(_, path) = &bound {
             let _ = std::fs::remove_file(path);
         }
-    }
-
-    async fn accept(&self) -> std::io::Result<(Stream, Option<SocketAddr>)> {
-        match &self.bound {
-            Bound::Tcp(l) => {
-                let (s, peer) = l.accept().await?;
-                let _ = s.set_nodelay(true);
-                Ok((Stream::Tcp(s), Some(peer)))
-            }
-            Bound::Unix(l, _) => {
-                let (s, _) = l.accept().await?;
-                Ok((Stream::Unix(s), None))
-            }
-        }
+        drop(bound);
     }
 
     async fn connection<S>(&self, io: S, peer: Option<SocketAddr>, shutdown: watch::Receiver<bool>)
@@ -322,6 +316,20 @@ impl Listener {
     }
 }
 
+async fn accept(bound: &Bound) -> std::io::Result<(Stream, Option<SocketAddr>)> {
+    match bound {
+        Bound::Tcp(l) => {
+            let (s, peer) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok((Stream::Tcp(s), Some(peer)))
+        }
+        Bound::Unix(l, _) => {
+            let (s, _) = l.accept().await?;
+            Ok((Stream::Unix(s), None))
+        }
+    }
+}
+
 enum Stream {
     Tcp(tokio::net::TcpStream),
     Unix(tokio::net::UnixStream),
@@ -374,6 +382,8 @@ async fn drive<C: Graceful>(conn: C, clock: Arc<ConnClock>, mut shutdown: watch:
                 draining = true;
                 conn.as_mut().graceful();
             }
+            // A request began or ended, or a new head started: recompute the deadline.
+            () = clock.changed() => {}
             () = tokio::time::sleep_until(wake) => {
                 if clock.deadline().is_some_and(|d| d <= Instant::now()) {
                     // Nothing in flight: closing loses nothing.

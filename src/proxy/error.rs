@@ -17,6 +17,8 @@ pub enum ProxyError {
     BadRequest(&'static str),
     #[error("client certificate not allowed on this listener")]
     Forbidden,
+    #[error("request head larger than {0} bytes")]
+    HeadTooLarge(usize),
     #[error("request body too slow")]
     BodyTimeout,
     #[error("request body larger than {0} bytes")]
@@ -38,6 +40,7 @@ impl ProxyError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::HeadTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Loop => StatusCode::LOOP_DETECTED,
@@ -51,6 +54,7 @@ impl ProxyError {
         match self {
             Self::BadRequest(_)
             | Self::Forbidden
+            | Self::HeadTooLarge(_)
             | Self::BodyTimeout
             | Self::BodyTooLarge(_)
             | Self::Loop => Blame::Client,
@@ -64,6 +68,7 @@ impl ProxyError {
         match self {
             Self::BadRequest(_) => "bad_request",
             Self::Forbidden => "forbidden",
+            Self::HeadTooLarge(_) => "request_header_fields_too_large",
             Self::BodyTimeout => "request_timeout",
             Self::BodyTooLarge(_) => "payload_too_large",
             Self::Loop => "loop_detected",

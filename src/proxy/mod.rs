@@ -111,6 +111,11 @@ impl Proxy {
         if !conn.allowed {
             return Err(ProxyError::Forbidden);
         }
+        // hyper's `max_buf_size` is only checked between reads, so a head up to about twice
+        // `header_bytes` can arrive whole in one read and pass; this makes the limit exact.
+        if head_size(&req) > self.limits.header_bytes {
+            return Err(ProxyError::HeadTooLarge(self.limits.header_bytes));
+        }
         // We are a reverse proxy: no tunnels, and only origin-form (or absolute-form) targets.
         if req.method() == http::Method::CONNECT {
             return Err(ProxyError::BadRequest("CONNECT is not supported"));
@@ -298,6 +303,18 @@ impl Proxy {
                 .inc();
         }
     }
+}
+
+/// The size of a request head as HTTP/1.1 writes it: request line, `name: value\r\n` per
+/// field, and the blank line.
+fn head_size<B>(req: &Request<B>) -> usize {
+    let target = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
+    let fields: usize = req
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len() + fields + 2
 }
 
 fn cut_error(cut: &CutSlot, max: u64) -> Option<ProxyError> {

@@ -429,8 +429,14 @@ impl Output {
     }
 }
 
-/// Runs a command to completion with `stdin` fed in; panics if it cannot start.
+/// Runs a command to completion with `stdin` fed in; panics if it cannot start or runs longer
+/// than 30 seconds.
 pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
+    run_timeout(cmd, stdin, Duration::from_secs(30))
+}
+
+/// [`run`] with a deadline: the child is killed (by its PID) and the test fails when it passes.
+pub fn run_timeout(cmd: &mut Command, stdin: &[u8], timeout: Duration) -> Output {
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -442,12 +448,29 @@ pub fn run(cmd: &mut Command, stdin: &[u8]) -> Output {
     let writer = std::thread::spawn(move || {
         let _ = input.write_all(&data);
     });
-    let out = child.wait_with_output().expect("wait for command");
+    let read = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = read(Box::new(child.stderr.take().expect("stderr")));
+    let status = poll_until(timeout, || child.try_wait().ok().flatten());
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "{cmd:?} still running after {timeout:?}; stderr: {}",
+            stderr.join().unwrap_or_default()
+        );
+    };
     let _ = writer.join();
     Output {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: status.code(),
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
 }
 

@@ -192,6 +192,25 @@ impl ProxyBuilder {
         (path, admin, ports)
     }
 
+    /// Starts the proxy and waits only until `/healthz` answers 200 (for proxies that are
+    /// expected not to be ready).
+    pub fn start_unready(&self) -> Proxy {
+        let (config, admin, ports) = self.write_config();
+        let mut proxy = Proxy::spawn(&config, admin, ports, self.json_logs);
+        let up = poll_until(Duration::from_secs(10), || {
+            if proxy.try_exit().is_some() {
+                return Some(false);
+            }
+            proxy
+                .admin_get("/healthz")
+                .ok()
+                .filter(|r| r.status == 200)
+                .map(|_| true)
+        });
+        assert_eq!(up, Some(true), "proxy did not start: {:?}", proxy.logs());
+        proxy
+    }
+
     /// Starts the proxy and waits until `/readyz` answers 200. A port taken between picking and
     /// binding (a small race with other processes) is retried with new ports.
     pub fn start(&self) -> Proxy {
@@ -405,7 +424,8 @@ impl Drop for Proxy {
     }
 }
 
-/// Runs `ironic-proxy <args>` to completion (for `check` and start-up failures).
+/// Runs `ironic-proxy <args>` to completion (for `check` and start-up failures); fails the
+/// test if it is still running after 10 seconds.
 pub fn command(args: &[&str], env: &[(&str, &str)], unset: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args).env("RUST_LOG", "info");
@@ -415,5 +435,5 @@ pub fn command(args: &[&str], env: &[(&str, &str)], unset: &[&str]) -> Output {
     for k in unset {
         cmd.env_remove(k);
     }
-    run(&mut cmd, b"")
+    super::run_timeout(&mut cmd, b"", Duration::from_secs(10))
 }
