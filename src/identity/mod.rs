@@ -105,10 +105,13 @@ pub async fn start(cfg: &IdentityConfig, metrics: &Metrics) -> Result<Identity, 
     let reload = Arc::new(Notify::new());
     match &cfg.source {
         IdentitySource::Files { cert, key } => {
+            // Fingerprint before loading: a change racing the load is then seen as a change.
+            let seen = fingerprint(&[cert, key, &cfg.trust]);
             let first = load_files(cfg, cert, key)?;
             record_expiry(metrics, &first);
             let (tx, rx) = watch::channel(Arc::new(first));
             let watcher = FileWatcher {
+                seen,
                 cfg: cfg.clone(),
                 cert: cert.clone(),
                 key: key.clone(),
@@ -169,6 +172,8 @@ pub(crate) fn record_expiry(metrics: &Metrics, m: &Material) {
 }
 
 struct FileWatcher {
+    /// The files' bytes as they were when the current generation was loaded.
+    seen: Vec<Option<Vec<u8>>>,
     cfg: IdentityConfig,
     cert: PathBuf,
     key: PathBuf,
@@ -182,7 +187,7 @@ impl FileWatcher {
     /// mtimes or inotify) is what survives every way files get replaced: in-place writes,
     /// renames, and Kubernetes' `..data` symlink swaps.
     async fn run(self) {
-        let mut last = self.fingerprint();
+        let mut last = self.seen.clone();
         let mut tick =
             tokio::time::interval(self.cfg.watch_interval.max(Duration::from_millis(50)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -216,11 +221,12 @@ impl FileWatcher {
     }
 
     fn fingerprint(&self) -> Vec<Option<Vec<u8>>> {
-        [&self.cert, &self.key, &self.cfg.trust]
-            .iter()
-            .map(|p| std::fs::read(p).ok())
-            .collect()
+        fingerprint(&[&self.cert, &self.key, &self.cfg.trust])
     }
+}
+
+fn fingerprint(paths: &[&Path]) -> Vec<Option<Vec<u8>>> {
+    paths.iter().map(|p| std::fs::read(p).ok()).collect()
 }
 
 /// Loads and checks every identity file once without starting anything (`ironic-proxy check`).

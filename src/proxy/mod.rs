@@ -326,12 +326,21 @@ fn cut_error(cut: &CutSlot, max: u64) -> Option<ProxyError> {
 }
 
 /// `a: b: c` from an error and its sources.
+/// Always one line: multi-line messages (TOML's caret diagrams) keep their first line only.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
+    let first_line = |e: &dyn std::error::Error| {
+        let text = e.to_string();
+        text.lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end()
+            .to_owned()
+    };
+    let mut s = first_line(e);
     let mut cur = e.source();
     while let Some(c) = cur {
-        let part = c.to_string();
-        if !s.contains(&part) {
+        let part = first_line(c);
+        if !part.is_empty() && !s.contains(&part) {
             s.push_str(": ");
             s.push_str(&part);
         }
