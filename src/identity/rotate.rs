@@ -150,7 +150,7 @@ pub(super) async fn start(
         export(e, &first)?;
     }
     record_expiry(metrics, &first);
-    tracing::info!(serial = %first.serial, not_after = ?first.not_after, "issued our certificate");
+    tracing::info!(serial = %first.serial, not_after = %humantime::format_rfc3339_seconds(first.not_after), "issued our certificate");
     let (tx, rx) = watch::channel(Arc::new(first));
     let task = Rotator {
         cfg: cfg.clone(),
@@ -225,7 +225,7 @@ impl Rotator {
                                 .inc();
                         }
                     }
-                    tracing::info!(serial = %m.serial, not_after = ?m.not_after, reason = why, "renewed our certificate");
+                    tracing::info!(serial = %m.serial, not_after = %humantime::format_rfc3339_seconds(m.not_after), reason = why, "renewed our certificate");
                     record_expiry(&self.metrics, &m);
                     self.metrics.certificate_renewals.inc();
                     due = renew_at(&m);

@@ -245,7 +245,7 @@ impl Listener {
             };
             info.allowed = id.is_allowed(&self.cfg.allow);
             if !info.allowed {
-                tracing::warn!(listener = %self.name, client = ?peer, identity = %id.display_name(), "client certificate outside allow; answering 403");
+                tracing::warn!(listener = %self.name, client = %peer.map_or_else(|| "unix".to_owned(), |p| p.to_string()), identity = %id.display_name(), "client certificate outside allow; answering 403");
             }
             info.xfcc = Some(id.xfcc().into());
             info.identity = Some(Arc::new(id));
@@ -262,7 +262,7 @@ impl Listener {
     }
 
     fn handshake_failed(&self, peer: Option<SocketAddr>, reason: &'static str, detail: &str) {
-        tracing::info!(listener = %self.name, client = ?peer, reason, detail, "TLS handshake failed");
+        tracing::info!(listener = %self.name, client = %peer.map_or_else(|| "unix".to_owned(), |p| p.to_string()), reason, detail, "TLS handshake failed");
         self.metrics
             .tls_handshake_failures
             .get_or_create(&HandshakeLabels {

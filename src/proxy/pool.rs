@@ -224,7 +224,19 @@ impl Pool {
                 }
             })
             .collect();
-        let i = self.picker.pick(&peers, &exclude, now)?;
+        if let Some(i) = self.picker.pick(&peers, &exclude, now) {
+            return Some((Slot::Peer(i), peers[i].clone()));
+        }
+        // Panic mode (as Envoy's): when no peer passes its checks, health checks are more likely
+        // wrong (an overloaded node, slow probes) than every peer dead; try the untried peers
+        // anyway, least loaded first, rather than answer 503 to a cluster that may still work.
+        if peers.iter().any(|p| p.is_available(now)) {
+            return None;
+        }
+        let i = (0..peers.len())
+            .filter(|i| !exclude.contains(i))
+            .min_by_key(|i| peers[*i].endpoint.in_flight())?;
+        tracing::debug!(upstream = %self.name, endpoint = %peers[i].endpoint.name, "no healthy peer: trying one anyway");
         Some((Slot::Peer(i), peers[i].clone()))
     }
 
