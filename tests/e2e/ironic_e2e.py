@@ -66,8 +66,10 @@ class Summary:
 
     @property
     def passed(self):
-        return self.error is None and len(self.checks) == 5 and all(
-            ok for _, ok, _ in self.checks.values()
+        return (
+            self.error is None
+            and len(self.checks) == 5
+            and all(ok for _, ok, _ in self.checks.values())
         )
 
     def print(self):
@@ -77,9 +79,17 @@ class Summary:
         if self.error:
             out.append(f"error: {self.error}")
         out.append("timings:")
-        for name, s in self.timings:
-            out.append(f"  {name:<44} {s:7.1f} s")
-        out.append(f"  {'total (test, without install/build)':<44} {total:7.1f} s")
+        before = [
+            ("install (apt, Ironic virtualenv)", os.environ.get("E2E_INSTALL_SECONDS")),
+            ("build (cargo, debug)", os.environ.get("E2E_BUILD_SECONDS")),
+        ]
+        before = [(name, float(v)) for name, v in before if v]
+        for name, s in before + self.timings:
+            out.append(f"  {name:<48} {s:7.1f} s")
+        out.append(f"  {'test (setup to cleanup)':<48} {total:7.1f} s")
+        if before:
+            whole = total + sum(s for _, s in before)
+            out.append(f"  {'whole scripts/e2e run':<48} {whole:7.1f} s")
         out.append("figures:")
         for name, text in self.figures:
             out.append(f"  {name}: {text}")
@@ -133,9 +143,7 @@ class Reader(threading.Thread):
         session = requests.Session()
         while not self._stop_event.is_set():
             try:
-                r = session.get(
-                    LB_URL + "/v1/nodes", headers=h.HEADERS, verify=self.ca, timeout=15
-                )
+                r = session.get(LB_URL + "/v1/nodes", headers=h.HEADERS, verify=self.ca, timeout=15)
                 ok = r.status_code == 200 and "nodes" in r.json()
                 detail = f"HTTP {r.status_code}: {r.text[:200]}"
             except Exception as e:  # noqa: BLE001 - every failure counts
@@ -215,8 +223,8 @@ def plain_probe(ip, port):
     try:
         with socket.create_connection((ip, port), timeout=5) as s:
             s.sendall(
-                f'POST / HTTP/1.1\r\nHost: {ip}:{port}\r\nContent-Type: application/json\r\n'
-                f'Content-Length: 2\r\nConnection: close\r\n\r\n{{}}'.encode()
+                f"POST / HTTP/1.1\r\nHost: {ip}:{port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: 2\r\nConnection: close\r\n\r\n{{}}".encode()
             )
             data = b""
             while len(data) < 256:
@@ -308,9 +316,7 @@ class E2E:
         return any(c["hostname"] == inst.ip and c["alive"] for c in r.json()["conductors"])
 
     def lb_healthy(self):
-        return h.metric(
-            h.scrape(self.lb_admin), "ironic_proxy_upstream_endpoints", state="healthy"
-        )
+        return h.metric(h.scrape(self.lb_admin), "ironic_proxy_upstream_endpoints", state="healthy")
 
     def nodes(self):
         """Our nodes as the API (through the load balancer) lists them."""
@@ -363,9 +369,7 @@ class E2E:
             if done(ns):
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
-                states = collections.Counter(
-                    (n["provision_state"], n["power_state"]) for n in ns
-                )
+                states = collections.Counter((n["provision_state"], n["power_state"]) for n in ns)
                 raise h.Failure(f"{what}: not done after {timeout} s; states {dict(states)}")
             time.sleep(0.2)
 
@@ -388,7 +392,7 @@ class E2E:
         self.analyse()
 
     def setup(self):
-        with Phase(self.s, "setup: PKI, MariaDB, dnsmasq, 3 x (sidecar + Ironic), LB"):
+        with Phase(self.s, "setup (PKI, MariaDB, dnsmasq, 3 instances, LB)"):
             busy = [
                 f"{host}:{port}"
                 for host, port in [(ip, p) for ip in h.IPS for p in (h.RPC_PORT, h.API_PORT)]
@@ -457,8 +461,9 @@ class E2E:
             )
             h.wait_for(
                 "the load balancer to be ready with 3 healthy peers",
-                lambda: self.lb_healthy() == 3
-                and requests.get(self.lb_admin + "/readyz", timeout=2).ok,
+                lambda: (
+                    self.lb_healthy() == 3 and requests.get(self.lb_admin + "/readyz", timeout=2).ok
+                ),
                 30,
             )
             r = requests.get(LB_URL + "/v1", headers=h.HEADERS, verify=self.ca, timeout=10)
@@ -493,7 +498,7 @@ class E2E:
                 {
                     "nodes": [
                         {"name": name, "uuid": u, "driver": "fake-hardware"}
-                        for name, u in zip(self.names, self.pick_uuids())
+                        for name, u in zip(self.names, self.pick_uuids(), strict=True)
                     ]
                 },
                 f,
@@ -650,8 +655,7 @@ class E2E:
         return sum(
             1
             for e in h.proxy_events(self.lb_log)
-            if e.get("message") == "retrying on another endpoint"
-            and t0 <= h.event_time(e) <= t1
+            if e.get("message") == "retrying on another endpoint" and t0 <= h.event_time(e) <= t1
         )
 
     def flow_power(self):
@@ -725,7 +729,8 @@ class E2E:
             "rolling restart: 0 failed reads through the LB",
             reader.failures == 0 and reader.reads > 0,
             f"{reader.reads} reads of /v1/nodes in {phase.seconds:.1f} s, "
-            f"{reader.failures} failed" + (f": {reader.errors}" if reader.errors else "")
+            f"{reader.failures} failed"
+            + (f": {reader.errors}" if reader.errors else "")
             + f"; the LB retried {retried} requests on another endpoint meanwhile (a sidecar "
             "answers 502 while its Ironic is down)",
         )
@@ -852,9 +857,12 @@ class E2E:
         self.s.figure(
             "certificate rotation (validity "
             f"{h.SIDECAR_VALIDITY}, renew_before {h.SIDECAR_RENEW_BEFORE})",
-            "renewals (metric) " + ", ".join(f"{ip}={v:.0f}" for ip, v in renewals.items())
-            + "; renewals (logs) " + ", ".join(f"{ip}={renewed_logged[ip]}" for ip in h.IPS)
-            + "; distinct serials exported " + ", ".join(f"{ip}={v}" for ip, v in distinct.items())
+            "renewals (metric) "
+            + ", ".join(f"{ip}={v:.0f}" for ip, v in renewals.items())
+            + "; renewals (logs) "
+            + ", ".join(f"{ip}={renewed_logged[ip]}" for ip in h.IPS)
+            + "; distinct serials exported "
+            + ", ".join(f"{ip}={v}" for ip, v in distinct.items())
             + "; serial changes during the node flows "
             + ", ".join(f"{ip}={v}" for ip, v in during_flows.items()),
         )
