@@ -362,7 +362,8 @@ tls = "server"
 dns = "{SERVICE}:{API_PORT}"
 tls = true
 balance = "least_request"
-health = {{ path = "/", interval = "1s", timeout = "1s", unhealthy_after = 2, healthy_after = 1 }}
+# The health settings of config/daemonset.toml.
+health = {{ path = "/", interval = "2s", timeout = "1s", unhealthy_after = 2, healthy_after = 1 }}
 """
 
 

@@ -643,6 +643,10 @@ class E2E:
             f"after {dict(collections.Counter(after.values()))})",
         )
         self.s.figure(
+            "LB health changes during the failover",
+            ", ".join(self.lb_health_changes("failover")) or "none",
+        )
+        self.s.figure(
             "reads through the LB during the failover",
             f"{reader.reads} reads, {reader.failures} failed"
             + (f": {reader.errors}" if reader.errors else ""),
@@ -657,6 +661,17 @@ class E2E:
             for e in h.proxy_events(self.lb_log)
             if e.get("message") == "retrying on another endpoint" and t0 <= h.event_time(e) <= t1
         )
+
+    def lb_health_changes(self, phase):
+        """The load balancer's endpoint health changes during a phase, from its log."""
+        t0, t1 = self.wall[phase]
+        out = []
+        for e in h.proxy_events(self.lb_log):
+            t = h.event_time(e)
+            if e.get("message") == "endpoint health changed" and t0 <= t <= t1:
+                endpoint = e.get("span", {}).get("endpoint", "?").split(":")[0]
+                out.append(f"+{t - t0:.1f}s {endpoint} {e.get('from')}->{e.get('to')}")
+        return out
 
     def flow_power(self):
         """Power off and on, on two instances: the taken-over nodes obey their new owners."""
@@ -724,6 +739,10 @@ class E2E:
         self.wall["rolling restart"] = (w0, time.time())
         retried = self.lb_retries("rolling restart")
         self.s.figure("rolling restart per instance", "; ".join(per))
+        self.s.figure(
+            "LB health changes during the rolling restart",
+            ", ".join(self.lb_health_changes("rolling restart")) or "none",
+        )
         self.s.check(
             4,
             "rolling restart: 0 failed reads through the LB",
@@ -917,6 +936,18 @@ class E2E:
         for name, path in logs:
             if os.path.exists(path):
                 print(f"---- last lines of {name} ({path}) ----\n{h.tail(path, 25)}")
+        # The proxies' own events (health, retries, renewals) drown in their access lines.
+        for name, path in [("load balancer", self.lb_log)] + [
+            (f"sidecar {i.ip}", i.sidecar_log) for i in self.instances
+        ]:
+            if os.path.exists(path):
+                events = [
+                    json.dumps(e)[:300]
+                    for e in h.proxy_events(path)
+                    if e.get("target") != "access" and e.get("message") != "renewed our certificate"
+                ]
+                print(f"---- last events of {name} (no access lines) ----")
+                print("\n".join(events[-40:]))
 
     def cleanup(self, failed):
         if self.serials:
