@@ -1,0 +1,504 @@
+"""Processes and files of the end-to-end test: MariaDB, dnsmasq, the ironic-proxy sidecars and
+load balancer, the Ironic instances, and the readers of their logs and metrics.
+
+Everything runs on 127.0.0.0/8 from one temporary directory. Every process is started in its
+own session (setsid), so that it and its children form one process group whose id is the pid
+we started; stopping signals that group only. Ironic needs this anyway: its SIGUSR2 handler
+signals its whole process group (IRONIC.md).
+"""
+
+import datetime
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import requests
+
+IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+RPC_PORT = 8089  # Ironic's default [json_rpc]port; the sidecars listen on it on every instance
+API_PORT = 6385
+ADMIN_PORT = 9901  # sidecar admin, on the instance's own IP
+LB_HOST = "127.0.0.1"
+LB_PORT = 6385
+SERVICE = "ironic.metal3.svc"
+API_VERSION = "latest"  # the conductor field needs >= 1.49
+HEADERS = {"X-OpenStack-Ironic-API-Version": API_VERSION}
+
+# Sidecar certificates: short enough that they rotate several times during the run.
+# Every ~6 s, so that each node flow (7 s or more) sees at least one renewal on every instance.
+SIDECAR_VALIDITY = "12s"
+SIDECAR_VALIDITY_SECONDS = 12
+SIDECAR_RENEW_BEFORE = "6s"
+
+
+class Failure(Exception):
+    """A step of the test failed; the message says which and why."""
+
+
+def wait_for(what, fn, timeout, interval=0.2):
+    """Calls fn until it returns a truthy value, which is returned; Failure after timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            value = fn()
+            if value:
+                return value
+        except Exception as e:  # noqa: BLE001 - reported below if it persists
+            last = e
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last!r})" if last else ""
+            raise Failure(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def port_in_use(host, port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(host="127.0.0.1"):
+    """A port free for both TCP and UDP on host (dnsmasq serves both)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind((host, 0))
+            port = u.getsockname()[1]
+            if not port_in_use(host, port):
+                return port
+    raise Failure("no free port found on " + host)
+
+
+def run(argv, what, timeout=120, env=None):
+    """Runs a command to completion; Failure with its output if it fails."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"{what}: timed out after {timeout} s: {' '.join(argv)}") from None
+    if p.returncode != 0:
+        out = (p.stderr.strip() or p.stdout.strip())[-2000:]
+        raise Failure(f"{what} failed (exit {p.returncode}): {' '.join(argv)}\n{out}")
+    return p
+
+
+class Procs:
+    """The processes this test started, stopped by process group, newest first."""
+
+    def __init__(self):
+        self.started = []  # (name, Popen)
+
+    def start(self, name, argv, log_path, env=None):
+        log = open(log_path, "ab")  # noqa: SIM115 - owned by the child from here on
+        log.write(f"==== {time.strftime('%H:%M:%S')} start {' '.join(argv)}\n".encode())
+        log.flush()
+        p = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+        self.started.append((name, p))
+        return p
+
+    @staticmethod
+    def group_alive(p):
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def stop(self, p, sig=signal.SIGTERM, timeout=30, group=False):
+        """Sends sig to the process (or to its whole group), waits for the whole group to exit,
+        SIGKILLs the group after timeout. Returns the seconds it took."""
+        start = time.monotonic()
+        if p.poll() is None or self.group_alive(p):
+            try:
+                if group:
+                    os.killpg(p.pid, sig)
+                else:
+                    p.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        self.wait_gone(p, start + timeout)
+        return time.monotonic() - start
+
+    def wait_gone(self, p, deadline):
+        while time.monotonic() < deadline:
+            p.poll()
+            if p.returncode is not None and not self.group_alive(p):
+                return
+            time.sleep(0.05)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=10)
+
+    def kill(self, p):
+        """SIGKILL to the whole group: the process dies as if its machine had."""
+        return self.stop(p, sig=signal.SIGKILL, timeout=10, group=True)
+
+    def cleanup(self, first=(), last=()):
+        """Stops everything still running in three waves: `first` (the load balancer), the
+        others all at once, then `last` (the database Ironic needs to stop cleanly). SIGKILL
+        for whatever outlives 20 s."""
+        alive = [p for _, p in reversed(self.started) if p.poll() is None or self.group_alive(p)]
+        middle = [p for p in alive if p not in first and p not in last]
+        for wave in ([p for p in alive if p in first], middle, [p for p in alive if p in last]):
+            for p in wave:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 20
+            for p in wave:
+                try:
+                    self.wait_gone(p, deadline)
+                except Exception as e:  # noqa: BLE001 - keep cleaning up the others
+                    print(f"e2e: could not stop pid {p.pid}: {e}")
+
+
+# --- MariaDB -------------------------------------------------------------------------------
+
+
+class MariaDB:
+    """A private MariaDB: own datadir and socket, no TCP (IRONIC.md)."""
+
+    def __init__(self, root, procs):
+        self.dir = os.path.join(root, "mysql")
+        self.socket = os.path.join(root, "mysql.sock")
+        self.log = os.path.join(root, "mariadb.log")
+        self.procs = procs
+        self.proc = None
+
+    @property
+    def url(self):
+        return (
+            "mysql+pymysql://ironic:ironic@localhost/ironic"
+            f"?unix_socket={self.socket}&charset=utf8mb4"
+        )
+
+    def start(self):
+        run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={self.dir}",
+                "--user=root",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            "mariadb-install-db",
+        )
+        self.proc = self.procs.start(
+            "mariadbd",
+            [
+                "mariadbd",
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={self.dir}",
+                f"--socket={self.socket}",
+                f"--pid-file={os.path.join(self.dir, 'mariadbd.pid')}",
+                "--skip-networking",
+                # A test database: durability is not the point, speed on 2 cores is.
+                "--innodb-flush-log-at-trx-commit=2",
+                "--innodb-buffer-pool-size=128M",
+                "--max-connections=500",
+            ],
+            self.log,
+        )
+
+        def up():
+            if self.proc.poll() is not None:
+                raise Failure(f"mariadbd exited with {self.proc.returncode}; see {self.log}")
+            return os.path.exists(self.socket) and self.sql("SELECT 1", quiet=True)
+
+        wait_for("MariaDB to accept connections", up, 60)
+        self.sql(
+            "CREATE DATABASE ironic CHARACTER SET utf8mb4;"
+            "CREATE USER 'ironic'@'localhost' IDENTIFIED BY 'ironic';"
+            "GRANT ALL PRIVILEGES ON ironic.* TO 'ironic'@'localhost';"
+        )
+
+    def sql(self, statement, quiet=False):
+        p = subprocess.run(
+            ["mariadb", "--no-defaults", f"--socket={self.socket}", "-uroot", "-e", statement],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if p.returncode != 0:
+            if quiet:
+                return False
+            raise Failure(f"SQL failed: {statement}: {p.stderr.strip()}")
+        return True
+
+    def connect(self):
+        import pymysql  # from the Ironic virtualenv
+
+        return pymysql.connect(
+            unix_socket=self.socket,
+            user="ironic",
+            password="ironic",
+            database="ironic",
+            autocommit=True,  # every query sees the latest commits
+        )
+
+
+# --- dnsmasq -------------------------------------------------------------------------------
+
+
+def start_dnsmasq(root, procs, port, ips):
+    """The cluster DNS stand-in: A records of the headless Service, one per instance."""
+    hosts = os.path.join(root, "dns-hosts")
+    with open(hosts, "w") as f:
+        for ip in ips:
+            f.write(f"{ip} {SERVICE}\n")
+    dnsmasq = "/usr/sbin/dnsmasq" if os.path.exists("/usr/sbin/dnsmasq") else "dnsmasq"
+    return procs.start(
+        "dnsmasq",
+        [
+            dnsmasq,
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            f"--addn-hosts={hosts}",
+            "--local=/metal3.svc/",
+            "--local-ttl=5",
+            "--listen-address=127.0.0.1",
+            f"--port={port}",
+            "--bind-interfaces",
+            "--user=root",
+            f"--pid-file={os.path.join(root, 'dnsmasq.pid')}",
+            "--log-facility=-",
+        ],
+        os.path.join(root, "dnsmasq.log"),
+    )
+
+
+# --- configuration files -------------------------------------------------------------------
+
+
+def sidecar_config(inst, ca_dir, peer_ips):
+    """The sidecar of one instance: mutual TLS for JSON-RPC, TLS for the API, both forwarded to
+    Ironic's unix sockets; identity self-issued for the instance's IP and exported for Ironic's
+    JSON-RPC client. Same shape as config/sidecar.toml with the test's addresses, a short
+    validity and no DNS peers (DESIGN: a request that came through a proxy only goes local)."""
+    allow = ", ".join(f'"ip:{ip}/32"' for ip in peer_ips)
+    return f"""# Sidecar of the Ironic instance {inst.ip} (written by tests/e2e/harness.py).
+[identity]
+trust = "{ca_dir}/ca.crt"
+issuer_cert = "{ca_dir}/ca.crt"
+issuer_key = "{ca_dir}/ca.key"
+ip_addresses = ["{inst.ip}"]
+validity = "{SIDECAR_VALIDITY}"
+renew_before = "{SIDECAR_RENEW_BEFORE}"
+export_dir = "{inst.tls_dir}"
+watch_interval = "1s"
+
+[admin]
+listen = "{inst.ip}:{ADMIN_PORT}"
+
+[limits]
+drain_timeout = "5s"
+
+[[listeners]]
+name = "json-rpc"
+listen = "{inst.ip}:{RPC_PORT}"
+tls = "mutual"
+# The three conductors, and nobody else from the same CA.
+allow = [{allow}]
+upstream = "unix:{inst.rpc_sock}"
+
+[[listeners]]
+name = "api"
+listen = "{inst.ip}:{API_PORT}"
+tls = "server"
+upstream = "unix:{inst.api_sock}"
+"""
+
+
+def lb_config(ca_dir, admin_port, dns_port):
+    """The DaemonSet-style load balancer: peers from DNS only, TLS to them."""
+    return f"""# DaemonSet-style load balancer (written by tests/e2e/harness.py).
+[identity]
+trust = "{ca_dir}/ca.crt"
+issuer_cert = "{ca_dir}/ca.crt"
+issuer_key = "{ca_dir}/ca.key"
+ip_addresses = ["{LB_HOST}"]
+validity = "1h"
+
+[admin]
+listen = "127.0.0.1:{admin_port}"
+
+[dns]
+servers = ["127.0.0.1:{dns_port}"]
+refresh = "2s"
+
+[limits]
+drain_timeout = "5s"
+
+[[listeners]]
+name = "api"
+listen = "{LB_HOST}:{LB_PORT}"
+tls = "server"
+
+[listeners.upstream]
+dns = "{SERVICE}:{API_PORT}"
+tls = true
+balance = "least_request"
+# The health settings of config/daemonset.toml.
+health = {{ path = "/", interval = "2s", timeout = "1s", unhealthy_after = 2, healthy_after = 1 }}
+"""
+
+
+def ironic_conf(inst, db_url):
+    """ironic.conf of one all-in-one instance (IRONIC.md, with the short timers)."""
+    fake_and_none = ["bios", "console", "firmware", "inspect", "raid", "rescue", "vendor"]
+    lines = "\n".join(f"enabled_{i}_interfaces = fake,no-{i}" for i in fake_and_none)
+    return f"""[DEFAULT]
+host = {inst.ip}
+my_ip = {inst.ip}
+auth_strategy = noauth
+rpc_transport = json-rpc
+hash_ring_reset_interval = 5
+hash_partition_exponent = 5
+hash_ring_algorithm = md5
+enabled_hardware_types = fake-hardware
+enabled_boot_interfaces = fake
+enabled_deploy_interfaces = fake
+enabled_management_interfaces = fake
+enabled_power_interfaces = fake
+{lines}
+enabled_network_interfaces = noop
+enabled_storage_interfaces = noop
+debug = False
+
+[api]
+unix_socket = {inst.api_sock}
+public_endpoint = https://{inst.ip}:{API_PORT}
+
+[json_rpc]
+auth_strategy = noauth
+unix_socket = {inst.rpc_sock}
+port = {RPC_PORT}
+client_use_ssl = True
+cafile = {inst.tls_dir}/ca.crt
+certfile = {inst.tls_dir}/tls.crt
+keyfile = {inst.tls_dir}/tls.key
+
+[conductor]
+heartbeat_interval = 2
+heartbeat_timeout = 10
+sync_local_state_interval = 5
+check_provision_state_interval = 5
+
+[dhcp]
+dhcp_provider = none
+
+[database]
+connection = {db_url}
+"""
+
+
+class Instance:
+    """One Ironic instance (all-in-one) and its sidecar, on its own loopback IP."""
+
+    def __init__(self, root, ip):
+        self.ip = ip
+        self.dir = os.path.join(root, "i" + ip.rsplit(".", 1)[1])
+        os.makedirs(self.dir)
+        self.tls_dir = os.path.join(self.dir, "tls")
+        self.api_sock = os.path.join(self.dir, "api.sock")
+        self.rpc_sock = os.path.join(self.dir, "rpc.sock")
+        self.conf = os.path.join(self.dir, "ironic.conf")
+        self.sidecar_conf = os.path.join(self.dir, "sidecar.toml")
+        self.sidecar_log = os.path.join(self.dir, "sidecar.log")
+        self.ironic_log = os.path.join(self.dir, "ironic.log")
+        self.sidecar = None
+        self.ironic = None
+
+    @property
+    def api_url(self):
+        return f"https://{self.ip}:{API_PORT}"
+
+    @property
+    def admin_url(self):
+        return f"http://{self.ip}:{ADMIN_PORT}"
+
+
+# --- metrics, certificates and logs --------------------------------------------------------
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(admin_url):
+    """The Prometheus text of an admin listener as [(name, {labels}, value)]."""
+    r = requests.get(admin_url + "/metrics", timeout=5)
+    r.raise_for_status()
+    out = []
+    for line in r.text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            labels = dict(_LABEL.findall(m.group(3) or ""))
+            out.append((m.group(1), labels, float(m.group(4))))
+    return out
+
+
+def metric(samples, name, **labels):
+    return sum(
+        v for n, ls, v in samples if n == name and all(ls.get(k) == w for k, w in labels.items())
+    )
+
+
+def cert_serial(path):
+    """Serial number (hex) of the first certificate in a PEM file."""
+    from cryptography import x509  # from the Ironic virtualenv
+
+    with open(path, "rb") as f:
+        return format(x509.load_pem_x509_certificate(f.read()).serial_number, "x")
+
+
+def proxy_events(log_path):
+    """The JSON log events of one ironic-proxy log file (across restarts: it is appended)."""
+    events = []
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if not line.startswith("{"):
+                continue
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return events
+
+
+def event_time(e):
+    """Seconds since the epoch of a JSON log event's timestamp."""
+    return datetime.datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def tail(path, lines=40):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as e:
+        return f"({e})"
