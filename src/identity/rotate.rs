@@ -171,6 +171,9 @@ struct Rotator {
     tx: watch::Sender<Arc<Material>>,
 }
 
+/// The shortest time between two renewals.
+const MIN_RENEW_GAP: Duration = Duration::from_secs(1);
+
 /// When the current certificate should be renewed, as a delay from now.
 fn renew_in(m: &Material, renew_before: Duration, now: SystemTime) -> Duration {
     let jitter_max = renew_before / 10;
@@ -179,7 +182,11 @@ fn renew_in(m: &Material, renew_before: Duration, now: SystemTime) -> Duration {
         .not_after
         .checked_sub(renew_before + jitter)
         .unwrap_or(now);
-    at.duration_since(now).unwrap_or(Duration::ZERO)
+    // notAfter has whole seconds only, so with validity close to renew_before the due time can
+    // already have passed at issuance; a floor keeps renewals from running back to back.
+    at.duration_since(now)
+        .unwrap_or(Duration::ZERO)
+        .max(MIN_RENEW_GAP)
 }
 
 impl Rotator {
