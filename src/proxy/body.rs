@@ -2,8 +2,8 @@
 //!
 //! Request bodies are either buffered (small, known length: replayable on another endpoint) or
 //! streamed through [`Limited`], which enforces `max_body_bytes` and `body_timeout` (the whole
-//! body, however slowly it trickles) and records why it stopped so the service can answer 413 or
-//! 408 instead of a generic 502. Response bodies carry a guard that runs when the response ends,
+//! body, however slowly it trickles) and records why it stopped so the service can answer 413,
+//! 408 or 400 instead of a generic 502 that would blame (and eject) a healthy upstream. Response bodies carry a guard that runs when the response ends,
 //! finished or aborted: it closes the in-flight count of the connection and writes the access log.
 
 use bytes::Bytes;
@@ -24,6 +24,9 @@ pub enum BodyCut {
     TooLarge,
     #[error("request body exceeded body_timeout")]
     Timeout,
+    /// The client sent a malformed body (bad chunk framing) or went away in the middle of it.
+    #[error("request body malformed or cut off by the client")]
+    Client,
 }
 
 /// Shared slot where a [`Limited`] body records why it stopped.
@@ -79,7 +82,13 @@ impl Body for Limited {
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+            Poll::Ready(Some(Err(e))) => {
+                // The client's fault, whatever the upstream connection reports next.
+                if let Ok(mut slot) = this.cut.lock() {
+                    slot.get_or_insert(BodyCut::Client);
+                }
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
                 if this.deadline.poll(cx).is_ready() {

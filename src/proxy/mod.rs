@@ -297,6 +297,7 @@ fn cut_error(cut: &CutSlot, max: u64) -> Option<ProxyError> {
     why.map(|w| match w {
         body::BodyCut::TooLarge => ProxyError::BodyTooLarge(max),
         body::BodyCut::Timeout => ProxyError::BodyTimeout,
+        body::BodyCut::Client => ProxyError::BadRequest("malformed or incomplete request body"),
     })
 }
 
