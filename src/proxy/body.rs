@@ -111,7 +111,8 @@ impl Body for Limited {
 /// What goes to the upstream.
 pub enum RequestBody {
     Full(Option<Bytes>),
-    Stream(Pin<Box<Limited>>),
+    /// What was already read (if anything), then the rest of the incoming body.
+    Stream(Option<Bytes>, Pin<Box<Limited>>),
 }
 
 impl RequestBody {
@@ -123,7 +124,7 @@ impl RequestBody {
     pub fn try_clone(&self) -> Option<Self> {
         match self {
             Self::Full(b) => Some(Self::Full(b.clone())),
-            Self::Stream(_) => None,
+            Self::Stream(..) => None,
         }
     }
 }
@@ -137,22 +138,33 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            Self::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Self::Stream(s) => s.as_mut().poll_frame(cx),
+            Self::Full(b) | Self::Stream(b @ Some(_), _) => {
+                Poll::Ready(b.take().map(|b| Ok(Frame::data(b))))
+            }
+            Self::Stream(None, s) => s.as_mut().poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             Self::Full(b) => b.is_none(),
-            Self::Stream(s) => s.is_end_stream(),
+            Self::Stream(prefix, s) => prefix.is_none() && s.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Self::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Self::Stream(s) => s.size_hint(),
+            Self::Stream(prefix, s) => {
+                let read = prefix.as_ref().map_or(0, |b| b.len() as u64);
+                let inner = s.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(inner.lower() + read);
+                if let Some(upper) = inner.upper() {
+                    hint.set_upper(upper + read);
+                }
+                hint
+            }
         }
     }
 }

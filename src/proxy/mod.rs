@@ -1,10 +1,10 @@
 //! The forwarding service: one request in, one request to an upstream endpoint, one response
 //! out, with the limits, header hygiene and error statuses of DESIGN.md.
 //!
-//! Request bodies of known length up to [`BUFFER_LIMIT`] are read completely (within
-//! `body_timeout`) before an upstream is contacted: Ironic's JSON bodies are small, a slow
-//! client then never ties up an Ironic worker, and a buffered request can be retried on another
-//! endpoint. Larger and chunked bodies are streamed through a size and time limit.
+//! Request bodies up to [`BUFFER_LIMIT`], of known length or chunked, are read completely (within
+//! `body_timeout`) before an upstream is contacted: Ironic's JSON bodies are small, a slow or
+//! malformed body then never ties up or reaches an Ironic worker, and a buffered request can be
+//! retried on another endpoint. Larger bodies are streamed through a size and time limit.
 
 pub mod body;
 mod error;
@@ -135,12 +135,17 @@ impl Proxy {
                     }
                 }
             }
-            _ => RequestBody::Stream(Box::pin(Limited::new(
-                incoming,
-                max,
-                body_deadline,
-                cut.clone(),
-            ))),
+            Framing::Length(_) => RequestBody::Stream(
+                None,
+                Box::pin(Limited::new(incoming, max, body_deadline, cut.clone())),
+            ),
+            // Chunked, or HTTP/2 without a length: buffered like a known small length until it
+            // ends or passes BUFFER_LIMIT, so that a malformed or slow small body never reaches
+            // the upstream and a small one can be retried.
+            Framing::Chunked | Framing::None => {
+                let limited = Box::pin(Limited::new(incoming, max, body_deadline, cut.clone()));
+                buffer_prefix(limited, &cut, max).await?
+            }
         };
 
         let via_proxy = headers::came_through_proxy(&parts.headers);
@@ -288,6 +293,33 @@ impl Proxy {
                     reason,
                 })
                 .inc();
+        }
+    }
+}
+
+/// Reads a body of unknown length into memory until it ends (a buffered body) or passes
+/// [`BUFFER_LIMIT`] (what was read so far, then the rest streamed). Trailers are dropped.
+async fn buffer_prefix(
+    mut body: std::pin::Pin<Box<Limited>>,
+    cut: &CutSlot,
+    max: u64,
+) -> Result<RequestBody, ProxyError> {
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        match body.frame().await {
+            None => return Ok(RequestBody::Full((!buf.is_empty()).then(|| buf.freeze()))),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
+                    if buf.len() as u64 > BUFFER_LIMIT {
+                        return Ok(RequestBody::Stream(Some(buf.freeze()), body));
+                    }
+                }
+            }
+            Some(Err(_)) => {
+                return Err(cut_error(cut, max)
+                    .unwrap_or(ProxyError::BadRequest("malformed or incomplete request body")))
+            }
         }
     }
 }
