@@ -307,10 +307,13 @@ impl Listener {
                 .serve_connection(io, svc);
             drive(conn, clock, shutdown).await;
         } else {
+            // max_buf_size alone is not a limit on the head: a head that arrives in one large
+            // read is parsed whole. max_header_size is exact (431 above it).
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(None)
                 .max_buf_size(self.limits.header_bytes.max(8192))
+                .max_header_size(self.limits.header_bytes)
                 .max_headers(1024)
                 .keep_alive(true)
                 .serve_connection(io, svc);
