@@ -169,7 +169,32 @@ pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
 /// Rewrites response headers for the client.
 pub fn rewrite_response(headers: &mut HeaderMap, version: Version) {
     strip_hop_by_hop(headers);
+    fold_content_length(headers);
     append_via(headers, version);
+}
+
+/// hyper accepts a response `Content-Length` that repeats one value as a list (`5, 5`), which
+/// RFC 9110 §8.6 allows a recipient to replace with that single value; relaying the list would
+/// leave every client after us to decide again. Folded here; a list that does not agree (which
+/// hyper would already have refused) is dropped, leaving the body to frame itself.
+fn fold_content_length(headers: &mut HeaderMap) {
+    let values: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
+    if values.len() == 1 && !values[0].as_bytes().contains(&b',') {
+        return;
+    }
+    if values.is_empty() {
+        return;
+    }
+    let mut parts = values
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(|p| std::str::from_utf8(p.trim_ascii()).ok()?.parse::<u64>().ok());
+    let first = parts.next().flatten();
+    let agreed = first.filter(|n| parts.all(|p| p == Some(*n)));
+    headers.remove(header::CONTENT_LENGTH);
+    if let Some(n) = agreed {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
 }
 
 fn append_via(headers: &mut HeaderMap, version: Version) {

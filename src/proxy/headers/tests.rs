@@ -120,3 +120,17 @@ fn via_detection() {
         "1.1 nginx, 1.1 ironic-proxy"
     )])));
 }
+
+#[test]
+fn response_content_length_lists_are_folded() {
+    let mut h = map(&[("content-length", "5, 5")]);
+    rewrite_response(&mut h, Version::HTTP_11);
+    assert_eq!(h.get_all("content-length").iter().collect::<Vec<_>>(), ["5"]);
+    let mut h = map(&[("content-length", "7")]);
+    rewrite_response(&mut h, Version::HTTP_11);
+    assert_eq!(h.get_all("content-length").iter().collect::<Vec<_>>(), ["7"]);
+    let mut h = map(&[("content-length", "5, 6")]);
+    rewrite_response(&mut h, Version::HTTP_11);
+    assert!(h.get("content-length").is_none(), "never relayed ambiguous");
+}
+
