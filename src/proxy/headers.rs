@@ -197,6 +197,16 @@ fn fold_content_length(headers: &mut HeaderMap) {
     }
 }
 
+/// The size of a response head as received, near enough to hold it to `header_bytes`: the
+/// status line and every field line with its separators.
+pub fn head_len(headers: &HeaderMap) -> usize {
+    let fields: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    fields + "HTTP/1.1 200 \r\n\r\n".len()
+}
+
 fn append_via(headers: &mut HeaderMap, version: Version) {
     let entry = match version {
         Version::HTTP_10 => "1.0 ironic-proxy",

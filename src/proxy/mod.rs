@@ -233,6 +233,18 @@ impl Proxy {
                         before_send || replayable_method,
                     )
                 }
+                Ok(Ok(resp)) if headers::head_len(resp.headers()) > self.limits.header_bytes => {
+                    // hyper's read buffer bound lets a head that arrives in one read through;
+                    // hold the upstream to the same header_bytes as clients.
+                    member.health.record_passive_failure(Instant::now());
+                    (
+                        ProxyError::BadGateway(format!(
+                            "{}: response head over header_bytes",
+                            endpoint.name
+                        )),
+                        replayable_method,
+                    )
+                }
                 Ok(Ok(resp)) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
                     // We never ask for an upgrade (Upgrade is stripped), so a 101 is a broken
                     // upstream; relaying it would hand the client a raw tunnel.

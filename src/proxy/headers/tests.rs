@@ -134,3 +134,10 @@ fn response_content_length_lists_are_folded() {
     assert!(h.get("content-length").is_none(), "never relayed ambiguous");
 }
 
+#[test]
+fn head_len_counts_every_field_line() {
+    let small = map(&[("a", "b")]);
+    let big = map(&[("x-big", &"b".repeat(100_000))]);
+    assert!(head_len(&small) < 100);
+    assert!(head_len(&big) > 100_000);
+}
