@@ -45,11 +45,15 @@ pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<Framing, &
         }
         return content_length(&cl).map(|l| l.map_or(Framing::None, Framing::Length));
     }
-    if version == Version::HTTP_11 {
-        // RFC 9112 §3.2: exactly one Host field.
-        if headers.get_all(header::HOST).iter().count() != 1 {
-            return Err("exactly one Host header is required");
-        }
+    // RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, for any request with more than
+    // one Host line or with an invalid Host value (uri-host [ ":" port ], RFC 9110 §7.2; no
+    // userinfo, RFC 9110 §4.2.4).
+    let hosts: Vec<&HeaderValue> = headers.get_all(header::HOST).iter().collect();
+    if hosts.len() > 1 || (version == Version::HTTP_11 && hosts.is_empty()) {
+        return Err("exactly one Host header is required");
+    }
+    if hosts.first().is_some_and(|h| !valid_host(h.as_bytes())) {
+        return Err("invalid Host header");
     }
     if !te.is_empty() {
         if !cl.is_empty() {
@@ -69,6 +73,11 @@ pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<Framing, &
         return Ok(Framing::Chunked);
     }
     content_length(&cl).map(|l| l.map_or(Framing::None, Framing::Length))
+}
+
+/// `uri-host [ ":" port ]`: what `http`'s authority parser accepts, minus userinfo.
+fn valid_host(v: &[u8]) -> bool {
+    !v.is_empty() && !v.contains(&b'@') && http::uri::Authority::try_from(v).is_ok()
 }
 
 fn content_length(values: &[&HeaderValue]) -> Result<Option<u64>, &'static str> {

@@ -141,3 +141,21 @@ fn head_len_counts_every_field_line() {
     assert!(head_len(&small) < 100);
     assert!(head_len(&big) > 100_000);
 }
+
+#[test]
+fn host_must_be_one_valid_authority() {
+    let check = |v: Version, hosts: &[&str]| {
+        let pairs: Vec<(&str, &str)> = hosts.iter().map(|h| ("host", *h)).collect();
+        check_framing(v, &map(&pairs))
+    };
+    for ok in ["x", "ironic.metal3.svc:6385", "10.0.0.1", "[fd00::1]:6385", "a,b"] {
+        assert_eq!(check(Version::HTTP_11, &[ok]), Ok(Framing::None), "{ok}");
+    }
+    for bad in ["", "a b", "user@evil", "x/../y", "x?y", "x#y", "[fd00::1"] {
+        assert!(check(Version::HTTP_11, &[bad]).is_err(), "{bad:?}");
+        assert!(check(Version::HTTP_10, &[bad]).is_err(), "HTTP/1.0 {bad:?}");
+    }
+    assert!(check(Version::HTTP_11, &[]).is_err(), "HTTP/1.1 needs Host");
+    assert_eq!(check(Version::HTTP_10, &[]), Ok(Framing::None), "HTTP/1.0 does not");
+    assert!(check(Version::HTTP_10, &["x", "x"]).is_err(), "never two");
+}
