@@ -149,12 +149,19 @@ impl Proxy {
         };
 
         let via_proxy = headers::came_through_proxy(&parts.headers);
+        // The target's authority, when it has one (absolute-form, HTTP/2 :authority), wins
+        // over Host: RFC 9112 §3.2.2, the recipient MUST ignore Host and use the target's.
         let host = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned()));
+            .uri
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .or_else(|| {
+                parts
+                    .headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_owned)
+            });
         let fwd = headers::Forwarded {
             client_ip: conn.peer.map(|p| p.ip()),
             proto: if conn.tls { "https" } else { "http" },
@@ -163,10 +170,8 @@ impl Proxy {
             version: parts.version,
         };
         headers::rewrite_request(&mut parts.headers, &fwd);
-        if !parts.headers.contains_key(header::HOST) {
-            if let Some(v) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
-                parts.headers.insert(header::HOST, v);
-            }
+        if let Some(v) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
+            parts.headers.insert(header::HOST, v);
         }
         parts.version = Version::HTTP_11;
         self.send_with_retries(parts, body, via_proxy, &cut).await
