@@ -115,6 +115,19 @@ impl Proxy {
         if !req.uri().path().starts_with('/') {
             return Err(ProxyError::BadRequest("request target must be a path"));
         }
+        // http accepts raw UTF-8 in a target; a URI is ASCII (RFC 3986 §2, RFC 9112 §3.2), and
+        // Ironic's WSGI server would decode such bytes its own way. Userinfo in an
+        // absolute-form target is an error too (RFC 9110 §4.2.4).
+        let target_ok = req
+            .uri()
+            .path_and_query()
+            .is_none_or(|pq| pq.as_str().bytes().all(|b| b.is_ascii_graphic()));
+        if !target_ok {
+            return Err(ProxyError::BadRequest("request target must be ASCII"));
+        }
+        if req.uri().authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(ProxyError::BadRequest("userinfo in the request target"));
+        }
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
         let (mut parts, incoming) = req.into_parts();
