@@ -13,6 +13,8 @@
 //!   could otherwise smuggle an identity past the dash-spelled removal.
 //! - `X-Forwarded-Client-Cert`, `X-Forwarded-Proto` and `X-Forwarded-Host` from the client are
 //!   replaced by ours; `X-Forwarded-For` gets the client address appended; `Via` gets our entry.
+//!   A client's RFC 7239 `Forwarded` is removed: oslo.middleware's HTTPProxyToWSGI (Ironic's
+//!   proxy-header parser) prefers it over `X-Forwarded-*`, so it would override ours.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Version};
@@ -23,6 +25,7 @@ pub(crate) const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
 /// The pseudonym in `Via` (RFC 9110 §7.6.3).
 pub const VIA_NAME: &str = "ironic-proxy";
@@ -153,6 +156,7 @@ pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
         headers.remove(name);
     }
     headers.remove(XFCC);
+    headers.remove(FORWARDED);
     if let Some(v) = fwd.xfcc.and_then(|v| HeaderValue::from_str(v).ok()) {
         headers.insert(XFCC, v);
     }

@@ -87,6 +87,7 @@ fn spoofed_identity_never_survives() {
         ("x-forwarded-proto", "http"),
         ("x-forwarded-for", "1.2.3.4"),
         ("x-forwarded-host", "evil"),
+        ("forwarded", "for=1.2.3.4;proto=http;host=evil"),
     ]);
     let fwd = Forwarded {
         client_ip: Some("10.0.0.9".parse().unwrap()),
@@ -97,6 +98,7 @@ fn spoofed_identity_never_survives() {
     };
     rewrite_request(&mut h, &fwd);
     assert!(h.get(XFCC).is_none());
+    assert!(h.get("forwarded").is_none());
     assert!(!h.keys().any(|k| k.as_str().contains('_')));
     assert_eq!(h[XFP], "https");
     assert_eq!(h[XFF], "1.2.3.4, 10.0.0.9");
