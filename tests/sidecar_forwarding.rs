@@ -491,9 +491,6 @@ fn framing_attacks_over_tls_get_400_close_and_never_reach_the_upstream() {
 }
 
 #[test]
-#[ignore = "bug: hyper drops Content-Length when Transfer-Encoding is present, so \
-            proxy::headers::check_framing never sees CL+TE and the request is forwarded \
-            as chunked (DESIGN: rejected, never forwarded)"]
 fn content_length_with_transfer_encoding_gets_400_and_never_reaches_the_upstream() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));

@@ -8,6 +8,7 @@
 //! bounds that wait by `limits.drain_timeout`.
 
 mod conn;
+mod guard;
 
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
@@ -288,18 +289,27 @@ impl Listener {
         let proxy = self.proxy.clone();
         let info = Arc::new(info);
         let svc_clock = clock.clone();
-        let svc = hyper::service::service_fn(move |req| {
+        // HTTP/1.1 only: HTTP/2 frames its messages itself.
+        let framing = (!h2).then(|| guard::Guard::new(self.limits.header_bytes));
+        let svc_framing = framing.clone();
+        let svc = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
             let proxy = proxy.clone();
             let info = info.clone();
-            let guard = svc_clock.begin();
+            let in_flight = svc_clock.begin();
+            if let Some(g) = &svc_framing {
+                if let Err(why) = g.take(req.method()) {
+                    req.extensions_mut()
+                        .insert(crate::proxy::FramingRefused(why));
+                }
+            }
             async move {
                 let mut resp = proxy.handle(req, &info).await;
-                resp.body_mut().attach(guard);
+                resp.body_mut().attach(in_flight);
                 Ok::<_, Infallible>(resp)
             }
         });
-        let io = TokioIo::new(io);
         if h2 {
+            let io = TokioIo::new(io);
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_header_list_size(u32::try_from(self.limits.header_bytes).unwrap_or(u32::MAX))
@@ -307,6 +317,10 @@ impl Listener {
                 .serve_connection(io, svc);
             drive(conn, clock, shutdown).await;
         } else {
+            let io = TokioIo::new(guard::Guarded::new(
+                io,
+                framing.expect("a framing guard for every HTTP/1 connection"),
+            ));
             // max_buf_size alone is not a limit on the head: a head that arrives in one large
             // read is parsed whole. max_header_size is exact (431 above it).
             let conn = http1::Builder::new()
@@ -314,7 +328,7 @@ impl Listener {
                 .header_read_timeout(None)
                 .max_buf_size(self.limits.header_bytes.max(8192))
                 .max_header_size(self.limits.header_bytes)
-                .max_headers(1024)
+                .max_headers(guard::MAX_HEADERS)
                 .keep_alive(true)
                 .serve_connection(io, svc);
             drive(conn, clock, shutdown).await;

@@ -33,6 +33,11 @@ use tokio::time::Instant;
 /// Bodies up to this size (with a known length) are buffered before forwarding.
 pub const BUFFER_LIMIT: u64 = 64 * 1024;
 
+/// Set on a request by the listener when its HTTP/1.1 framing was ambiguous in a way hyper
+/// resolved before the service could see it (see `listen::guard`): the reason to refuse it.
+#[derive(Clone, Copy, Debug)]
+pub struct FramingRefused(pub &'static str);
+
 /// What the listener knows about the connection a request came on.
 #[derive(Clone, Debug, Default)]
 pub struct ConnInfo {
@@ -105,6 +110,9 @@ impl Proxy {
         req: Request<Incoming>,
         conn: &ConnInfo,
     ) -> Result<(Response<ResponseBody>, String), ProxyError> {
+        if let Some(FramingRefused(why)) = req.extensions().get::<FramingRefused>() {
+            return Err(ProxyError::BadRequest(why));
+        }
         if !conn.allowed {
             return Err(ProxyError::Forbidden);
         }
@@ -125,7 +133,11 @@ impl Proxy {
         if !target_ok {
             return Err(ProxyError::BadRequest("request target must be ASCII"));
         }
-        if req.uri().authority().is_some_and(|a| a.as_str().contains('@')) {
+        if req
+            .uri()
+            .authority()
+            .is_some_and(|a| a.as_str().contains('@'))
+        {
             return Err(ProxyError::BadRequest("userinfo in the request target"));
         }
         let framing =
@@ -347,8 +359,9 @@ async fn buffer_prefix(
                 }
             }
             Some(Err(_)) => {
-                return Err(cut_error(cut, max)
-                    .unwrap_or(ProxyError::BadRequest("malformed or incomplete request body")))
+                return Err(cut_error(cut, max).unwrap_or(ProxyError::BadRequest(
+                    "malformed or incomplete request body",
+                )))
             }
         }
     }
