@@ -201,7 +201,12 @@ fn fold_content_length(headers: &mut HeaderMap) {
     let mut parts = values
         .iter()
         .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-        .map(|p| std::str::from_utf8(p.trim_ascii()).ok()?.parse::<u64>().ok());
+        .map(|p| {
+            std::str::from_utf8(p.trim_ascii())
+                .ok()?
+                .parse::<u64>()
+                .ok()
+        });
     let first = parts.next().flatten();
     let agreed = first.filter(|n| parts.all(|p| p == Some(*n)));
     headers.remove(header::CONTENT_LENGTH);

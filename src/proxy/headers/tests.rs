@@ -127,10 +127,16 @@ fn via_detection() {
 fn response_content_length_lists_are_folded() {
     let mut h = map(&[("content-length", "5, 5")]);
     rewrite_response(&mut h, Version::HTTP_11);
-    assert_eq!(h.get_all("content-length").iter().collect::<Vec<_>>(), ["5"]);
+    assert_eq!(
+        h.get_all("content-length").iter().collect::<Vec<_>>(),
+        ["5"]
+    );
     let mut h = map(&[("content-length", "7")]);
     rewrite_response(&mut h, Version::HTTP_11);
-    assert_eq!(h.get_all("content-length").iter().collect::<Vec<_>>(), ["7"]);
+    assert_eq!(
+        h.get_all("content-length").iter().collect::<Vec<_>>(),
+        ["7"]
+    );
     let mut h = map(&[("content-length", "5, 6")]);
     rewrite_response(&mut h, Version::HTTP_11);
     assert!(h.get("content-length").is_none(), "never relayed ambiguous");
@@ -150,7 +156,13 @@ fn host_must_be_one_valid_authority() {
         let pairs: Vec<(&str, &str)> = hosts.iter().map(|h| ("host", *h)).collect();
         check_framing(v, &map(&pairs))
     };
-    for ok in ["x", "ironic.metal3.svc:6385", "10.0.0.1", "[fd00::1]:6385", "a,b"] {
+    for ok in [
+        "x",
+        "ironic.metal3.svc:6385",
+        "10.0.0.1",
+        "[fd00::1]:6385",
+        "a,b",
+    ] {
         assert_eq!(check(Version::HTTP_11, &[ok]), Ok(Framing::None), "{ok}");
     }
     for bad in ["", "a b", "user@evil", "x/../y", "x?y", "x#y", "[fd00::1"] {
@@ -158,6 +170,10 @@ fn host_must_be_one_valid_authority() {
         assert!(check(Version::HTTP_10, &[bad]).is_err(), "HTTP/1.0 {bad:?}");
     }
     assert!(check(Version::HTTP_11, &[]).is_err(), "HTTP/1.1 needs Host");
-    assert_eq!(check(Version::HTTP_10, &[]), Ok(Framing::None), "HTTP/1.0 does not");
+    assert_eq!(
+        check(Version::HTTP_10, &[]),
+        Ok(Framing::None),
+        "HTTP/1.0 does not"
+    );
     assert!(check(Version::HTTP_10, &["x", "x"]).is_err(), "never two");
 }
