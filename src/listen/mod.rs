@@ -84,7 +84,9 @@ pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
 pub struct Listener {
     pub name: String,
     cfg: ListenerConfig,
-    bound: Bound,
+    /// Taken by [`Listener::run`], which alone owns the socket: connection tasks share the
+    /// rest, and must not keep the socket open (and the kernel accepting) while draining.
+    bound: Option<Bound>,
     tls: Option<Arc<ReloadableServer>>,
     proxy: Arc<Proxy>,
     limits: Limits,
@@ -105,7 +107,7 @@ impl Listener {
         Self {
             name: cfg.name.clone(),
             cfg,
-            bound,
+            bound: Some(bound),
             tls,
             proxy,
             limits,
@@ -123,13 +125,17 @@ impl Listener {
         }
     }
 
-    /// Accepts until `shutdown` turns true, then drops the socket.
-    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+    /// Accepts until `shutdown` turns true, then drops the socket: from then on new
+    /// connections are refused while the open ones drain.
+    pub async fn run(mut self, shutdown: watch::Receiver<bool>) {
+        let Some(bound) = self.bound.take() else {
+            return;
+        };
         let this = Arc::new(self);
         let mut stop = shutdown.clone();
         loop {
             let accepted = tokio::select! {
-                r = this.accept() => r,
+                r = accept(&bound) => r,
                 _ = stop.wait_for(|s| *s) => break,
             };
             let (io, peer) = match accepted {
@@ -170,23 +176,10 @@ impl Listener {
                 drop(permit);
             });
         }
-        if let Bound::Unix(_, path) = &this.bound {
+        if let Bound::Unix(_, path) = &bound {
             let _ = std::fs::remove_file(path);
         }
-    }
-
-    async fn accept(&self) -> std::io::Result<(Stream, Option<SocketAddr>)> {
-        match &self.bound {
-            Bound::Tcp(l) => {
-                let (s, peer) = l.accept().await?;
-                let _ = s.set_nodelay(true);
-                Ok((Stream::Tcp(s), Some(peer)))
-            }
-            Bound::Unix(l, _) => {
-                let (s, _) = l.accept().await?;
-                Ok((Stream::Unix(s), None))
-            }
-        }
+        drop(bound);
     }
 
     async fn connection<S>(&self, io: S, peer: Option<SocketAddr>, shutdown: watch::Receiver<bool>)
@@ -339,6 +332,20 @@ impl Listener {
 enum Stream {
     Tcp(tokio::net::TcpStream),
     Unix(tokio::net::UnixStream),
+}
+
+async fn accept(bound: &Bound) -> std::io::Result<(Stream, Option<SocketAddr>)> {
+    match bound {
+        Bound::Tcp(l) => {
+            let (s, peer) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok((Stream::Tcp(s), Some(peer)))
+        }
+        Bound::Unix(l, _) => {
+            let (s, _) = l.accept().await?;
+            Ok((Stream::Unix(s), None))
+        }
+    }
 }
 
 /// hyper connections that can finish gracefully.
