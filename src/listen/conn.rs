@@ -92,9 +92,8 @@ impl ConnClock {
     pub(crate) fn deadline(&self) -> Option<Instant> {
         if self.in_flight.load(Ordering::Acquire) > 0 {
             let stalled = self.write_stalled.load(Ordering::Acquire);
-            return (stalled > 0).then(|| {
-                self.accepted + Duration::from_millis(stalled - 1) + self.idle_timeout
-            });
+            return (stalled > 0)
+                .then(|| self.accepted + Duration::from_millis(stalled - 1) + self.idle_timeout);
         }
         if self.served.load(Ordering::Acquire) == 0 {
             return Some(self.accepted + self.head_timeout);

@@ -181,6 +181,12 @@ pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
 
 /// Rewrites response headers for the client.
 pub fn rewrite_response(headers: &mut HeaderMap, version: Version) {
+    // RFC 9112 §6.3 item 3: Transfer-Encoding overrides Content-Length, and an intermediary
+    // MUST remove the received Content-Length before forwarding. hyper reads the body by
+    // Transfer-Encoding but leaves the field; relayed, it would frame the decoded body anew.
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     strip_hop_by_hop(headers);
     fold_content_length(headers);
     append_via(headers, version);

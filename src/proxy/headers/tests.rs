@@ -177,3 +177,11 @@ fn host_must_be_one_valid_authority() {
     );
     assert!(check(Version::HTTP_10, &["x", "x"]).is_err(), "never two");
 }
+
+#[test]
+fn a_response_framed_by_transfer_encoding_loses_its_content_length() {
+    let mut h = map(&[("content-length", "3"), ("transfer-encoding", "chunked")]);
+    rewrite_response(&mut h, Version::HTTP_11);
+    assert!(h.get("content-length").is_none());
+    assert!(h.get("transfer-encoding").is_none(), "hop-by-hop");
+}
