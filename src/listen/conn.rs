@@ -5,9 +5,14 @@
 //! head, which would make `request_head_timeout` an idle timeout too; we switch it off and keep
 //! our own clock here instead. [`Activity`] notes the first byte read while the connection is
 //! idle; [`InFlight`] guards count requests until their response body ends.
+//!
+//! While a request runs there is no deadline (the upstream has `upstream_timeout`), except when
+//! the client stops reading: a response write that makes no progress for `idle_timeout` ends the
+//! connection, so a client that never reads (slow read) cannot hold it, and the upstream
+//! connection its response comes from, forever.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -24,6 +29,9 @@ pub(crate) struct ConnClock {
     /// Milliseconds after `accepted` + 1 at which the first byte of the next head arrived
     /// while idle; 0 when none has.
     head_started: AtomicU64,
+    /// Milliseconds after `accepted` + 1 since which writes to the client have made no
+    /// progress; 0 while they do.
+    write_stalled: AtomicU64,
     head_timeout: Duration,
     idle_timeout: Duration,
     /// Woken whenever [`ConnClock::deadline`] may have moved, so the connection's driver never
@@ -43,6 +51,7 @@ impl ConnClock {
             served: AtomicU64::new(0),
             idle_since: Mutex::new(accepted),
             head_started: AtomicU64::new(0),
+            write_stalled: AtomicU64::new(0),
             head_timeout,
             idle_timeout,
             changed: Notify::new(),
@@ -63,10 +72,31 @@ impl ConnClock {
             && self.served.load(Ordering::Acquire) > 0
             && self.head_started.load(Ordering::Acquire) == 0
         {
-            let ms = u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
-            self.head_started.store(ms + 1, Ordering::Release);
+            self.head_started
+                .store(self.since_accepted() + 1, Ordering::Release);
             self.changed.notify_one();
         }
+    }
+
+    fn since_accepted(&self) -> u64 {
+        u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// A write to the client could not proceed.
+    fn note_write_pending(&self) {
+        let now = self.since_accepted() + 1;
+        if self
+            .write_stalled
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.changed.notify_one();
+        }
+    }
+
+    /// A write to the client went through.
+    fn note_write_progress(&self) {
+        self.write_stalled.store(0, Ordering::Release);
     }
 
     /// Resolves when the deadline may have changed since the last call (a stored permit makes a
@@ -75,10 +105,13 @@ impl ConnClock {
         self.changed.notified()
     }
 
-    /// When the connection must be closed if nothing changes; `None` while requests run.
+    /// When the connection must be closed if nothing changes; while requests run, only when
+    /// the client has stopped reading.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         if self.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
+            let stalled = self.write_stalled.load(Ordering::Acquire);
+            return (stalled > 0)
+                .then(|| self.accepted + Duration::from_millis(stalled - 1) + self.idle_timeout);
         }
         if self.served.load(Ordering::Acquire) == 0 {
             return Some(self.accepted + self.head_timeout);
@@ -111,18 +144,12 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: S,
         clock: Arc<ConnClock>,
-        // HTTP/1.1 only: watches for framing hyper would repair silently (see `scan`).
-        scan: Option<(super::scan::Scan, Arc<AtomicBool>)>,
     }
 }
 
 impl<S> Activity<S> {
-    pub(crate) fn new(inner: S, clock: Arc<ConnClock>, ambiguous: Option<Arc<AtomicBool>>) -> Self {
-        Self {
-            inner,
-            clock,
-            scan: ambiguous.map(|flag| (super::scan::Scan::default(), flag)),
-        }
+    pub(crate) fn new(inner: S, clock: Arc<ConnClock>) -> Self {
+        Self { inner, clock }
     }
 }
 
@@ -137,13 +164,17 @@ impl<S: AsyncRead> AsyncRead for Activity<S> {
         let r = this.inner.poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             this.clock.note_read();
-            if let Some((scan, flag)) = this.scan {
-                if scan.feed(&buf.filled()[before..]) {
-                    flag.store(true, Ordering::Release);
-                }
-            }
         }
         r
+    }
+}
+
+impl<S> Activity<S> {
+    fn note_write<T>(clock: &ConnClock, r: &Poll<std::io::Result<T>>) {
+        match r {
+            Poll::Pending => clock.note_write_pending(),
+            Poll::Ready(_) => clock.note_write_progress(),
+        }
     }
 }
 
@@ -153,11 +184,17 @@ impl<S: AsyncWrite> AsyncWrite for Activity<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        self.project().inner.poll_write(cx, buf)
+        let this = self.project();
+        let r = this.inner.poll_write(cx, buf);
+        Self::note_write(this.clock, &r);
+        r
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().inner.poll_flush(cx)
+        let this = self.project();
+        let r = this.inner.poll_flush(cx);
+        Self::note_write(this.clock, &r);
+        r
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -169,7 +206,10 @@ impl<S: AsyncWrite> AsyncWrite for Activity<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        self.project().inner.poll_write_vectored(cx, bufs)
+        let this = self.project();
+        let r = this.inner.poll_write_vectored(cx, bufs);
+        Self::note_write(this.clock, &r);
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -209,5 +249,22 @@ mod tests {
             "next head from its first byte"
         );
         assert!(d + Duration::from_millis(2) >= first_byte + Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_write_gets_the_idle_timeout_even_in_flight() {
+        let t0 = Instant::now();
+        let c = ConnClock::new(t0, Duration::from_secs(10), Duration::from_secs(60));
+        let _g = c.begin();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        c.note_write_pending();
+        let stalled_at = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        c.note_write_pending();
+        let d = c.deadline().expect("a deadline once writes stall");
+        assert!(d <= stalled_at + Duration::from_secs(60));
+        assert!(d + Duration::from_millis(2) >= stalled_at + Duration::from_secs(60));
+        c.note_write_progress();
+        assert_eq!(c.deadline(), None, "progress lifts it");
     }
 }

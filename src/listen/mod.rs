@@ -8,7 +8,7 @@
 //! bounds that wait by `limits.drain_timeout`.
 
 mod conn;
-mod scan;
+mod guard;
 
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
@@ -84,7 +84,8 @@ pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
 pub struct Listener {
     pub name: String,
     cfg: ListenerConfig,
-    /// Taken by [`Listener::run`]: only the accept loop may hold the socket (see there).
+    /// Taken by [`Listener::run`], which alone owns the socket: connection tasks share the
+    /// rest, and must not keep the socket open (and the kernel accepting) while draining.
     bound: Option<Bound>,
     tls: Option<Arc<ReloadableServer>>,
     proxy: Arc<Proxy>,
@@ -124,11 +125,9 @@ impl Listener {
         }
     }
 
-    /// Accepts until `shutdown` turns true, then drops the socket.
+    /// Accepts until `shutdown` turns true, then drops the socket: from then on new
+    /// connections are refused while the open ones drain.
     pub async fn run(mut self, shutdown: watch::Receiver<bool>) {
-        // The socket stays out of the `Arc` that connection tasks share: otherwise an in-flight
-        // connection kept it open during the drain, and the kernel kept completing handshakes
-        // into a backlog nobody accepts any more instead of refusing them.
         let Some(bound) = self.bound.take() else {
             return;
         };
@@ -200,10 +199,9 @@ impl Listener {
                 allowed: true,
                 ..ConnInfo::default()
             };
-            let scan = Some(info.ambiguous.clone());
             return self
                 .serve(
-                    Activity::new(io, clock.clone(), scan),
+                    Activity::new(io, clock.clone()),
                     false,
                     info,
                     clock,
@@ -250,9 +248,8 @@ impl Listener {
             info.xfcc = Some(id.xfcc().into());
             info.identity = Some(Arc::new(id));
         }
-        let scan = (!h2).then(|| info.ambiguous.clone());
         self.serve(
-            Activity::new(stream, clock.clone(), scan),
+            Activity::new(stream, clock.clone()),
             h2,
             info,
             clock,
@@ -285,18 +282,27 @@ impl Listener {
         let proxy = self.proxy.clone();
         let info = Arc::new(info);
         let svc_clock = clock.clone();
-        let svc = hyper::service::service_fn(move |req| {
+        // HTTP/1.1 only: HTTP/2 frames its messages itself.
+        let framing = (!h2).then(|| guard::Guard::new(self.limits.header_bytes));
+        let svc_framing = framing.clone();
+        let svc = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
             let proxy = proxy.clone();
             let info = info.clone();
-            let guard = svc_clock.begin();
+            let in_flight = svc_clock.begin();
+            if let Some(g) = &svc_framing {
+                if let Err(why) = g.take(req.method()) {
+                    req.extensions_mut()
+                        .insert(crate::proxy::FramingRefused(why));
+                }
+            }
             async move {
                 let mut resp = proxy.handle(req, &info).await;
-                resp.body_mut().attach(guard);
+                resp.body_mut().attach(in_flight);
                 Ok::<_, Infallible>(resp)
             }
         });
-        let io = TokioIo::new(io);
         if h2 {
+            let io = TokioIo::new(io);
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_header_list_size(u32::try_from(self.limits.header_bytes).unwrap_or(u32::MAX))
@@ -304,11 +310,18 @@ impl Listener {
                 .serve_connection(io, svc);
             drive(conn, clock, shutdown).await;
         } else {
+            let io = TokioIo::new(guard::Guarded::new(
+                io,
+                framing.expect("a framing guard for every HTTP/1 connection"),
+            ));
+            // max_buf_size alone is not a limit on the head: a head that arrives in one large
+            // read is parsed whole. max_header_size is exact (431 above it).
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(None)
                 .max_buf_size(self.limits.header_bytes.max(8192))
-                .max_headers(1024)
+                .max_header_size(self.limits.header_bytes)
+                .max_headers(guard::MAX_HEADERS)
                 .keep_alive(true)
                 .serve_connection(io, svc);
             drive(conn, clock, shutdown).await;
@@ -386,7 +399,7 @@ async fn drive<C: Graceful>(conn: C, clock: Arc<ConnClock>, mut shutdown: watch:
             () = clock.changed() => {}
             () = tokio::time::sleep_until(wake) => {
                 if clock.deadline().is_some_and(|d| d <= Instant::now()) {
-                    // Nothing in flight: closing loses nothing.
+                    // Idle, a head too slow, or a client that stopped reading its response.
                     return;
                 }
             }

@@ -2,8 +2,8 @@
 //!
 //! Request bodies are either buffered (small, known length: replayable on another endpoint) or
 //! streamed through [`Limited`], which enforces `max_body_bytes` and `body_timeout` (the whole
-//! body, however slowly it trickles) and records why it stopped so the service can answer 413 or
-//! 408 instead of a generic 502. Response bodies carry a guard that runs when the response ends,
+//! body, however slowly it trickles) and records why it stopped so the service can answer 413,
+//! 408 or 400 instead of a generic 502 that would blame (and eject) a healthy upstream. Response bodies carry a guard that runs when the response ends,
 //! finished or aborted: it closes the in-flight count of the connection and writes the access log.
 
 use bytes::Bytes;
@@ -24,6 +24,9 @@ pub enum BodyCut {
     TooLarge,
     #[error("request body exceeded body_timeout")]
     Timeout,
+    /// The client sent a malformed body (bad chunk framing) or went away in the middle of it.
+    #[error("request body malformed or cut off by the client")]
+    Client,
 }
 
 /// Shared slot where a [`Limited`] body records why it stopped.
@@ -79,7 +82,13 @@ impl Body for Limited {
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+            Poll::Ready(Some(Err(e))) => {
+                // The client's fault, whatever the upstream connection reports next.
+                if let Ok(mut slot) = this.cut.lock() {
+                    slot.get_or_insert(BodyCut::Client);
+                }
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
                 if this.deadline.poll(cx).is_ready() {
@@ -102,7 +111,8 @@ impl Body for Limited {
 /// What goes to the upstream.
 pub enum RequestBody {
     Full(Option<Bytes>),
-    Stream(Pin<Box<Limited>>),
+    /// What was already read (if anything), then the rest of the incoming body.
+    Stream(Option<Bytes>, Pin<Box<Limited>>),
 }
 
 impl RequestBody {
@@ -114,7 +124,7 @@ impl RequestBody {
     pub fn try_clone(&self) -> Option<Self> {
         match self {
             Self::Full(b) => Some(Self::Full(b.clone())),
-            Self::Stream(_) => None,
+            Self::Stream(..) => None,
         }
     }
 }
@@ -128,22 +138,33 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            Self::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Self::Stream(s) => s.as_mut().poll_frame(cx),
+            Self::Full(b) | Self::Stream(b @ Some(_), _) => {
+                Poll::Ready(b.take().map(|b| Ok(Frame::data(b))))
+            }
+            Self::Stream(None, s) => s.as_mut().poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             Self::Full(b) => b.is_none(),
-            Self::Stream(s) => s.is_end_stream(),
+            Self::Stream(prefix, s) => prefix.is_none() && s.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Self::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Self::Stream(s) => s.size_hint(),
+            Self::Stream(prefix, s) => {
+                let read = prefix.as_ref().map_or(0, |b| b.len() as u64);
+                let inner = s.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(inner.lower() + read);
+                if let Some(upper) = inner.upper() {
+                    hint.set_upper(upper + read);
+                }
+                hint
+            }
         }
     }
 }

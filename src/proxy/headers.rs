@@ -13,6 +13,8 @@
 //!   could otherwise smuggle an identity past the dash-spelled removal.
 //! - `X-Forwarded-Client-Cert`, `X-Forwarded-Proto` and `X-Forwarded-Host` from the client are
 //!   replaced by ours; `X-Forwarded-For` gets the client address appended; `Via` gets our entry.
+//!   A client's RFC 7239 `Forwarded` is removed: oslo.middleware's HTTPProxyToWSGI (Ironic's
+//!   proxy-header parser) prefers it over `X-Forwarded-*`, so it would override ours.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Version};
@@ -23,6 +25,7 @@ pub(crate) const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
 /// The pseudonym in `Via` (RFC 9110 §7.6.3).
 pub const VIA_NAME: &str = "ironic-proxy";
@@ -45,11 +48,15 @@ pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<Framing, &
         }
         return content_length(&cl).map(|l| l.map_or(Framing::None, Framing::Length));
     }
-    if version == Version::HTTP_11 {
-        // RFC 9112 §3.2: exactly one Host field.
-        if headers.get_all(header::HOST).iter().count() != 1 {
-            return Err("exactly one Host header is required");
-        }
+    // RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, for any request with more than
+    // one Host line or with an invalid Host value (uri-host [ ":" port ], RFC 9110 §7.2; no
+    // userinfo, RFC 9110 §4.2.4).
+    let hosts: Vec<&HeaderValue> = headers.get_all(header::HOST).iter().collect();
+    if hosts.len() > 1 || (version == Version::HTTP_11 && hosts.is_empty()) {
+        return Err("exactly one Host header is required");
+    }
+    if hosts.first().is_some_and(|h| !valid_host(h.as_bytes())) {
+        return Err("invalid Host header");
     }
     if !te.is_empty() {
         if !cl.is_empty() {
@@ -69,6 +76,11 @@ pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<Framing, &
         return Ok(Framing::Chunked);
     }
     content_length(&cl).map(|l| l.map_or(Framing::None, Framing::Length))
+}
+
+/// `uri-host [ ":" port ]`: what `http`'s authority parser accepts, minus userinfo.
+fn valid_host(v: &[u8]) -> bool {
+    !v.is_empty() && !v.contains(&b'@') && http::uri::Authority::try_from(v).is_ok()
 }
 
 fn content_length(values: &[&HeaderValue]) -> Result<Option<u64>, &'static str> {
@@ -144,6 +156,7 @@ pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
         headers.remove(name);
     }
     headers.remove(XFCC);
+    headers.remove(FORWARDED);
     if let Some(v) = fwd.xfcc.and_then(|v| HeaderValue::from_str(v).ok()) {
         headers.insert(XFCC, v);
     }
@@ -168,8 +181,54 @@ pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
 
 /// Rewrites response headers for the client.
 pub fn rewrite_response(headers: &mut HeaderMap, version: Version) {
+    // RFC 9112 §6.3 item 3: Transfer-Encoding overrides Content-Length, and an intermediary
+    // MUST remove the received Content-Length before forwarding. hyper reads the body by
+    // Transfer-Encoding but leaves the field; relayed, it would frame the decoded body anew.
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     strip_hop_by_hop(headers);
+    fold_content_length(headers);
     append_via(headers, version);
+}
+
+/// hyper accepts a response `Content-Length` that repeats one value as a list (`5, 5`), which
+/// RFC 9110 §8.6 allows a recipient to replace with that single value; relaying the list would
+/// leave every client after us to decide again. Folded here; a list that does not agree (which
+/// hyper would already have refused) is dropped, leaving the body to frame itself.
+fn fold_content_length(headers: &mut HeaderMap) {
+    let values: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
+    if values.len() == 1 && !values[0].as_bytes().contains(&b',') {
+        return;
+    }
+    if values.is_empty() {
+        return;
+    }
+    let mut parts = values
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(|p| {
+            std::str::from_utf8(p.trim_ascii())
+                .ok()?
+                .parse::<u64>()
+                .ok()
+        });
+    let first = parts.next().flatten();
+    let agreed = first.filter(|n| parts.all(|p| p == Some(*n)));
+    headers.remove(header::CONTENT_LENGTH);
+    if let Some(n) = agreed {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+}
+
+/// The size of a response head as received, near enough to hold it to `header_bytes`: the
+/// status line and every field line with its separators.
+pub fn head_len(headers: &HeaderMap) -> usize {
+    let fields: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    fields + "HTTP/1.1 200 \r\n\r\n".len()
 }
 
 fn append_via(headers: &mut HeaderMap, version: Version) {

@@ -1,10 +1,10 @@
 //! The forwarding service: one request in, one request to an upstream endpoint, one response
 //! out, with the limits, header hygiene and error statuses of DESIGN.md.
 //!
-//! Request bodies of known length up to [`BUFFER_LIMIT`] are read completely (within
-//! `body_timeout`) before an upstream is contacted: Ironic's JSON bodies are small, a slow
-//! client then never ties up an Ironic worker, and a buffered request can be retried on another
-//! endpoint. Larger and chunked bodies are streamed through a size and time limit.
+//! Request bodies up to [`BUFFER_LIMIT`], of known length or chunked, are read completely (within
+//! `body_timeout`) before an upstream is contacted: Ironic's JSON bodies are small, a slow or
+//! malformed body then never ties up or reaches an Ironic worker, and a buffered request can be
+//! retried on another endpoint. Larger bodies are streamed through a size and time limit.
 
 pub mod body;
 mod error;
@@ -33,6 +33,11 @@ use tokio::time::Instant;
 /// Bodies up to this size (with a known length) are buffered before forwarding.
 pub const BUFFER_LIMIT: u64 = 64 * 1024;
 
+/// Set on a request by the listener when its HTTP/1.1 framing was ambiguous in a way hyper
+/// resolved before the service could see it (see `listen::guard`): the reason to refuse it.
+#[derive(Clone, Copy, Debug)]
+pub struct FramingRefused(pub &'static str);
+
 /// What the listener knows about the connection a request came on.
 #[derive(Clone, Debug, Default)]
 pub struct ConnInfo {
@@ -43,9 +48,6 @@ pub struct ConnInfo {
     /// The identity in `X-Forwarded-Client-Cert` form, computed once per connection.
     pub xfcc: Option<Arc<str>>,
     pub tls: bool,
-    /// Set by the listener when the raw HTTP/1.1 bytes showed ambiguous framing that hyper
-    /// repaired (`Content-Length` with `Transfer-Encoding`, or repeated): refuse and close.
-    pub ambiguous: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// One listener's forwarding service.
@@ -108,6 +110,9 @@ impl Proxy {
         req: Request<Incoming>,
         conn: &ConnInfo,
     ) -> Result<(Response<ResponseBody>, String), ProxyError> {
+        if let Some(FramingRefused(why)) = req.extensions().get::<FramingRefused>() {
+            return Err(ProxyError::BadRequest(why));
+        }
         if !conn.allowed {
             return Err(ProxyError::Forbidden);
         }
@@ -123,10 +128,22 @@ impl Proxy {
         if !req.uri().path().starts_with('/') {
             return Err(ProxyError::BadRequest("request target must be a path"));
         }
-        if conn.ambiguous.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(ProxyError::BadRequest(
-                "ambiguous framing (Content-Length with Transfer-Encoding, or repeated)",
-            ));
+        // http accepts raw UTF-8 in a target; a URI is ASCII (RFC 3986 §2, RFC 9112 §3.2), and
+        // Ironic's WSGI server would decode such bytes its own way. Userinfo in an
+        // absolute-form target is an error too (RFC 9110 §4.2.4).
+        let target_ok = req
+            .uri()
+            .path_and_query()
+            .is_none_or(|pq| pq.as_str().bytes().all(|b| b.is_ascii_graphic()));
+        if !target_ok {
+            return Err(ProxyError::BadRequest("request target must be ASCII"));
+        }
+        if req
+            .uri()
+            .authority()
+            .is_some_and(|a| a.as_str().contains('@'))
+        {
+            return Err(ProxyError::BadRequest("userinfo in the request target"));
         }
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
@@ -148,21 +165,33 @@ impl Proxy {
                     }
                 }
             }
-            _ => RequestBody::Stream(Box::pin(Limited::new(
-                incoming,
-                max,
-                body_deadline,
-                cut.clone(),
-            ))),
+            Framing::Length(_) => RequestBody::Stream(
+                None,
+                Box::pin(Limited::new(incoming, max, body_deadline, cut.clone())),
+            ),
+            // Chunked, or HTTP/2 without a length: buffered like a known small length until it
+            // ends or passes BUFFER_LIMIT, so that a malformed or slow small body never reaches
+            // the upstream and a small one can be retried.
+            Framing::Chunked | Framing::None => {
+                let limited = Box::pin(Limited::new(incoming, max, body_deadline, cut.clone()));
+                buffer_prefix(limited, &cut, max).await?
+            }
         };
 
         let via_proxy = headers::came_through_proxy(&parts.headers);
+        // The target's authority, when it has one (absolute-form, HTTP/2 :authority), wins
+        // over Host: RFC 9112 §3.2.2, the recipient MUST ignore Host and use the target's.
         let host = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned()));
+            .uri
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .or_else(|| {
+                parts
+                    .headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_owned)
+            });
         let fwd = headers::Forwarded {
             client_ip: conn.peer.map(|p| p.ip()),
             proto: if conn.tls { "https" } else { "http" },
@@ -171,10 +200,8 @@ impl Proxy {
             version: parts.version,
         };
         headers::rewrite_request(&mut parts.headers, &fwd);
-        if !parts.headers.contains_key(header::HOST) {
-            if let Some(v) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
-                parts.headers.insert(header::HOST, v);
-            }
+        if let Some(v) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
+            parts.headers.insert(header::HOST, v);
         }
         parts.version = Version::HTTP_11;
         self.send_with_retries(parts, body, via_proxy, &cut).await
@@ -239,6 +266,18 @@ impl Proxy {
                     (
                         ProxyError::BadGateway(format!("{}: {}", endpoint.name, error_chain(&e))),
                         before_send || replayable_method,
+                    )
+                }
+                Ok(Ok(resp)) if headers::head_len(resp.headers()) > self.limits.header_bytes => {
+                    // hyper's read buffer bound lets a head that arrives in one read through;
+                    // hold the upstream to the same header_bytes as clients.
+                    member.health.record_passive_failure(Instant::now());
+                    (
+                        ProxyError::BadGateway(format!(
+                            "{}: response head over header_bytes",
+                            endpoint.name
+                        )),
+                        replayable_method,
                     )
                 }
                 Ok(Ok(resp)) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
@@ -317,11 +356,40 @@ fn head_size<B>(req: &Request<B>) -> usize {
     req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len() + fields + 2
 }
 
+/// Reads a body of unknown length into memory until it ends (a buffered body) or passes
+/// [`BUFFER_LIMIT`] (what was read so far, then the rest streamed). Trailers are dropped.
+async fn buffer_prefix(
+    mut body: std::pin::Pin<Box<Limited>>,
+    cut: &CutSlot,
+    max: u64,
+) -> Result<RequestBody, ProxyError> {
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        match body.frame().await {
+            None => return Ok(RequestBody::Full((!buf.is_empty()).then(|| buf.freeze()))),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
+                    if buf.len() as u64 > BUFFER_LIMIT {
+                        return Ok(RequestBody::Stream(Some(buf.freeze()), body));
+                    }
+                }
+            }
+            Some(Err(_)) => {
+                return Err(cut_error(cut, max).unwrap_or(ProxyError::BadRequest(
+                    "malformed or incomplete request body",
+                )))
+            }
+        }
+    }
+}
+
 fn cut_error(cut: &CutSlot, max: u64) -> Option<ProxyError> {
     let why = *cut.lock().ok()?;
     why.map(|w| match w {
         body::BodyCut::TooLarge => ProxyError::BodyTooLarge(max),
         body::BodyCut::Timeout => ProxyError::BodyTimeout,
+        body::BodyCut::Client => ProxyError::BadRequest("malformed or incomplete request body"),
     })
 }
 

@@ -236,6 +236,13 @@ impl Endpoint {
         if let Ok(uri) = http::Uri::from_parts(uri) {
             *req.uri_mut() = uri;
         }
+        // We speak HTTP/1.1 upstream, which requires Host (RFC 9112 §3.2); an HTTP/1.0 client
+        // may have sent none: name the endpoint.
+        if !req.headers().contains_key(http::header::HOST) {
+            if let Ok(v) = http::HeaderValue::from_str(self.authority.as_str()) {
+                req.headers_mut().insert(http::header::HOST, v);
+            }
+        }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _guard = InFlight(&self.in_flight);
         self.client.request(req).await

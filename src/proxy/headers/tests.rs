@@ -87,6 +87,7 @@ fn spoofed_identity_never_survives() {
         ("x-forwarded-proto", "http"),
         ("x-forwarded-for", "1.2.3.4"),
         ("x-forwarded-host", "evil"),
+        ("forwarded", "for=1.2.3.4;proto=http;host=evil"),
     ]);
     let fwd = Forwarded {
         client_ip: Some("10.0.0.9".parse().unwrap()),
@@ -97,6 +98,7 @@ fn spoofed_identity_never_survives() {
     };
     rewrite_request(&mut h, &fwd);
     assert!(h.get(XFCC).is_none());
+    assert!(h.get("forwarded").is_none());
     assert!(!h.keys().any(|k| k.as_str().contains('_')));
     assert_eq!(h[XFP], "https");
     assert_eq!(h[XFF], "1.2.3.4, 10.0.0.9");
@@ -119,4 +121,67 @@ fn via_detection() {
         "via",
         "1.1 nginx, 1.1 ironic-proxy"
     )])));
+}
+
+#[test]
+fn response_content_length_lists_are_folded() {
+    let mut h = map(&[("content-length", "5, 5")]);
+    rewrite_response(&mut h, Version::HTTP_11);
+    assert_eq!(
+        h.get_all("content-length").iter().collect::<Vec<_>>(),
+        ["5"]
+    );
+    let mut h = map(&[("content-length", "7")]);
+    rewrite_response(&mut h, Version::HTTP_11);
+    assert_eq!(
+        h.get_all("content-length").iter().collect::<Vec<_>>(),
+        ["7"]
+    );
+    let mut h = map(&[("content-length", "5, 6")]);
+    rewrite_response(&mut h, Version::HTTP_11);
+    assert!(h.get("content-length").is_none(), "never relayed ambiguous");
+}
+
+#[test]
+fn head_len_counts_every_field_line() {
+    let small = map(&[("a", "b")]);
+    let big = map(&[("x-big", &"b".repeat(100_000))]);
+    assert!(head_len(&small) < 100);
+    assert!(head_len(&big) > 100_000);
+}
+
+#[test]
+fn host_must_be_one_valid_authority() {
+    let check = |v: Version, hosts: &[&str]| {
+        let pairs: Vec<(&str, &str)> = hosts.iter().map(|h| ("host", *h)).collect();
+        check_framing(v, &map(&pairs))
+    };
+    for ok in [
+        "x",
+        "ironic.metal3.svc:6385",
+        "10.0.0.1",
+        "[fd00::1]:6385",
+        "a,b",
+    ] {
+        assert_eq!(check(Version::HTTP_11, &[ok]), Ok(Framing::None), "{ok}");
+    }
+    for bad in ["", "a b", "user@evil", "x/../y", "x?y", "x#y", "[fd00::1"] {
+        assert!(check(Version::HTTP_11, &[bad]).is_err(), "{bad:?}");
+        assert!(check(Version::HTTP_10, &[bad]).is_err(), "HTTP/1.0 {bad:?}");
+    }
+    assert!(check(Version::HTTP_11, &[]).is_err(), "HTTP/1.1 needs Host");
+    assert_eq!(
+        check(Version::HTTP_10, &[]),
+        Ok(Framing::None),
+        "HTTP/1.0 does not"
+    );
+    assert!(check(Version::HTTP_10, &["x", "x"]).is_err(), "never two");
+}
+
+#[test]
+fn a_response_framed_by_transfer_encoding_loses_its_content_length() {
+    let mut h = map(&[("content-length", "3"), ("transfer-encoding", "chunked")]);
+    rewrite_response(&mut h, Version::HTTP_11);
+    assert!(h.get("content-length").is_none());
+    assert!(h.get("transfer-encoding").is_none(), "hop-by-hop");
 }

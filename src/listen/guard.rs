@@ -1,0 +1,436 @@
+//! A second reader of HTTP/1.1 request streams, for the framing hyper resolves out of sight.
+//!
+//! hyper settles two ambiguities before the service sees a request, in ways RFC 9112 allows
+//! but DESIGN does not (ambiguous framing is refused, never forwarded):
+//!
+//! - `Content-Length` with `Transfer-Encoding`: it drops `Content-Length` and reads the body as
+//!   chunked (RFC 9112 §6.3 item 3 lets a server do that, or reject).
+//! - `Content-Length` repeated with one value: it keeps a single field (RFC 9110 §8.6 lets a
+//!   recipient fold them, or reject).
+//!
+//! [`Guarded`] passes every byte hyper reads through a [`Guard`] as well. The guard finds each
+//! request head with the parser hyper uses (httparse, same configuration and field limit), notes
+//! whether that head carried either ambiguity, and steps over its body exactly as hyper will
+//! (by `Content-Length`, or chunk by chunk as hyper's decoder does), so its notes stay in step
+//! with the requests the service receives. The service takes one note per request
+//! ([`Guard::take`]): an ambiguous head, a missing note or a note for another method means the
+//! request is refused with 400 and the connection closed.
+//!
+//! When the guard cannot follow (a head hyper will refuse, a body hyper will fail on), it stops;
+//! hyper closes such a connection itself, and any request that still reached the service would
+//! find no note and be refused.
+
+use http::Method;
+use std::collections::VecDeque;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Header fields per request head; the listener sets hyper's `max_headers` to the same.
+pub(crate) const MAX_HEADERS: usize = 1024;
+
+/// Why a request was refused.
+pub(crate) const UNVERIFIED: &str = "request framing could not be verified";
+
+/// What the guard saw in one request head.
+#[derive(Debug)]
+struct Note {
+    method: Method,
+    ambiguous: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    Start,
+    Size,
+    SizeLws,
+    Extension,
+    SizeLf,
+    Data,
+    DataCr,
+    DataLf,
+    EndCr,
+    Trailer,
+    TrailerLf,
+    EndLf,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Head,
+    Length(u64),
+    Chunked { state: Chunk, size: u64 },
+    Lost,
+}
+
+struct State {
+    phase: Phase,
+    /// Bytes of a head that is not complete yet.
+    head: Vec<u8>,
+    max_head: usize,
+    notes: VecDeque<Note>,
+}
+
+/// One connection's second reader. Shared by the IO wrapper and the service.
+pub(crate) struct Guard(Mutex<State>);
+
+impl Guard {
+    /// `max_head`: the listener's `header_bytes`; hyper refuses longer heads.
+    pub(crate) fn new(max_head: usize) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(State {
+            phase: Phase::Head,
+            head: Vec::new(),
+            max_head: max_head.max(8192),
+            notes: VecDeque::new(),
+        })))
+    }
+
+    /// Takes the note of the next request: `Err` with the reason when it must be refused.
+    pub(crate) fn take(&self, method: &Method) -> Result<(), &'static str> {
+        let note = self.0.lock().ok().and_then(|mut s| s.notes.pop_front());
+        match note {
+            Some(n) if n.method == method => n.ambiguous.map_or(Ok(()), Err),
+            _ => Err(UNVERIFIED),
+        }
+    }
+
+    /// Follows bytes as hyper will read them.
+    pub(crate) fn feed(&self, bytes: &[u8]) {
+        if let Ok(mut s) = self.0.lock() {
+            s.feed(bytes);
+        }
+    }
+}
+
+impl State {
+    fn feed(&mut self, data: &[u8]) {
+        let mut pos = 0;
+        while pos < data.len() {
+            let rest = &data[pos..];
+            match &mut self.phase {
+                Phase::Lost => return,
+                Phase::Length(n) => {
+                    let k = usize::try_from(*n).unwrap_or(usize::MAX).min(rest.len());
+                    *n -= k as u64;
+                    pos += k;
+                    if *n == 0 {
+                        self.phase = Phase::Head;
+                    }
+                }
+                Phase::Chunked { state, size } => match step_chunked(state, size, rest) {
+                    Some((used, done)) => {
+                        pos += used;
+                        if done {
+                            self.phase = Phase::Head;
+                        }
+                    }
+                    None => self.phase = Phase::Lost,
+                },
+                Phase::Head => {
+                    // A head can only be complete once a line feed has arrived.
+                    let fresh = self.head.is_empty();
+                    if !rest.contains(&b'\n') {
+                        self.head.extend_from_slice(rest);
+                        if self.head.len() > self.max_head {
+                            self.phase = Phase::Lost;
+                        }
+                        return;
+                    }
+                    let before = self.head.len();
+                    let parsed = if fresh {
+                        parse_head(rest)
+                    } else {
+                        self.head.extend_from_slice(rest);
+                        parse_head(&self.head)
+                    };
+                    match parsed {
+                        Parsed::Complete(used, note, next) => {
+                            pos += used - before;
+                            self.head.clear();
+                            self.notes.push_back(note);
+                            self.phase = next;
+                        }
+                        Parsed::Partial => {
+                            if fresh {
+                                self.head.extend_from_slice(rest);
+                            }
+                            if self.head.len() > self.max_head {
+                                self.phase = Phase::Lost;
+                            }
+                            return;
+                        }
+                        Parsed::Invalid => {
+                            self.phase = Phase::Lost;
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Parsed {
+    Complete(usize, Note, Phase),
+    Partial,
+    Invalid,
+}
+
+/// hyper's rule for the body of a request (`proto::h1::role::Server::parse`): any
+/// Transfer-Encoding makes it chunked if the last field's final coding is `chunked` (anything
+/// else is refused); otherwise Content-Length, every value and list element equal; otherwise
+/// none.
+fn parse_head(buf: &[u8]) -> Parsed {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let used = match httparse::ParserConfig::default()
+        .parse_request_with_uninit_headers(&mut req, buf, &mut slots)
+    {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Invalid,
+    };
+    let Some(method) = req
+        .method
+        .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
+    else {
+        return Parsed::Invalid;
+    };
+    let mut te = false;
+    let mut te_chunked = false;
+    let mut cl_fields = 0usize;
+    let mut length: Option<u64> = None;
+    let mut length_ok = true;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            te = true;
+            te_chunked = std::str::from_utf8(h.value).is_ok_and(|v| {
+                v.rsplit(',')
+                    .next()
+                    .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"))
+            });
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            cl_fields += 1;
+            for part in h.value.split(|b| *b == b',') {
+                let n = std::str::from_utf8(part.trim_ascii())
+                    .ok()
+                    .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|p| p.parse::<u64>().ok());
+                match (n, length) {
+                    (Some(n), None) => length = Some(n),
+                    (Some(n), Some(prev)) if n == prev => {}
+                    _ => length_ok = false,
+                }
+            }
+        }
+    }
+    let ambiguous = if te && cl_fields > 0 {
+        Some("both Content-Length and Transfer-Encoding")
+    } else if cl_fields > 1 {
+        Some("repeated Content-Length")
+    } else {
+        None
+    };
+    let next = if te {
+        if !te_chunked || req.version != Some(1) {
+            // hyper refuses the request and closes.
+            Phase::Lost
+        } else {
+            Phase::Chunked {
+                state: Chunk::Start,
+                size: 0,
+            }
+        }
+    } else {
+        match (length, length_ok) {
+            (_, false) => Phase::Lost,
+            (Some(n), true) if n > 0 => Phase::Length(n),
+            _ => Phase::Head,
+        }
+    };
+    Parsed::Complete(used, Note { method, ambiguous }, next)
+}
+
+/// Steps a chunked body over `buf` the way hyper's decoder does (`proto::h1::decode`); returns
+/// the bytes used and whether the body ended, or `None` where hyper fails.
+fn step_chunked(state: &mut Chunk, size: &mut u64, buf: &[u8]) -> Option<(usize, bool)> {
+    let mut i = 0;
+    while i < buf.len() {
+        if *state == Chunk::Data {
+            let k = usize::try_from(*size)
+                .unwrap_or(usize::MAX)
+                .min(buf.len() - i);
+            *size -= k as u64;
+            i += k;
+            if *size == 0 {
+                *state = Chunk::DataCr;
+            }
+            continue;
+        }
+        let b = buf[i];
+        i += 1;
+        *state = match (*state, b) {
+            (Chunk::Start | Chunk::Size, b) if b.is_ascii_hexdigit() => {
+                let digit = u64::from(char::from(b).to_digit(16)?);
+                *size = size.checked_mul(16)?.checked_add(digit)?;
+                Chunk::Size
+            }
+            (Chunk::Size | Chunk::SizeLws, b' ' | b'\t') => Chunk::SizeLws,
+            (Chunk::Size | Chunk::SizeLws, b';') => Chunk::Extension,
+            (Chunk::Size | Chunk::SizeLws | Chunk::Extension, b'\r') => Chunk::SizeLf,
+            (Chunk::Extension, b'\n') => return None,
+            (Chunk::Extension, _) => Chunk::Extension,
+            (Chunk::SizeLf, b'\n') if *size == 0 => Chunk::EndCr,
+            (Chunk::SizeLf, b'\n') => Chunk::Data,
+            (Chunk::DataCr, b'\r') => Chunk::DataLf,
+            (Chunk::DataLf, b'\n') => Chunk::Start,
+            (Chunk::EndCr, b'\r') => Chunk::EndLf,
+            (Chunk::Trailer, b'\r') => Chunk::TrailerLf,
+            (Chunk::EndCr | Chunk::Trailer, _) => Chunk::Trailer,
+            (Chunk::TrailerLf, b'\n') => Chunk::EndCr,
+            (Chunk::EndLf, b'\n') => return Some((i, true)),
+            _ => return None,
+        };
+    }
+    Some((i, false))
+}
+
+pin_project_lite::pin_project! {
+    /// An IO stream whose reads are also fed to a [`Guard`].
+    pub(crate) struct Guarded<S> {
+        #[pin]
+        inner: S,
+        guard: Arc<Guard>,
+    }
+}
+
+impl<S> Guarded<S> {
+    pub(crate) fn new(inner: S, guard: Arc<Guard>) -> Self {
+        Self { inner, guard }
+    }
+}
+
+impl<S: AsyncRead> AsyncRead for Guarded<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let r = this.inner.poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            this.guard.feed(&buf.filled()[before..]);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite> AsyncWrite for Guarded<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().inner.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().inner.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every note the guard took from `stream`, in order.
+    fn notes(stream: &[u8]) -> Vec<(String, Option<&'static str>)> {
+        let g = Guard::new(65536);
+        g.feed(stream);
+        let s = g.0.lock().unwrap();
+        s.notes
+            .iter()
+            .map(|n| (n.method.to_string(), n.ambiguous))
+            .collect()
+    }
+
+    #[test]
+    fn flags_what_hyper_hides() {
+        let both = Some("both Content-Length and Transfer-Encoding");
+        for head in [
+            "Content-Length: 5\r\nTransfer-Encoding: chunked",
+            "Transfer-Encoding: chunked\r\nContent-Length: 5",
+            "content-length: 0\r\ntransfer-encoding: chunked",
+        ] {
+            let raw = format!("POST / HTTP/1.1\r\nHost: x\r\n{head}\r\n\r\n0\r\n\r\n");
+            assert_eq!(notes(raw.as_bytes()), [("POST".to_owned(), both)], "{head}");
+        }
+        let raw =
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello";
+        assert_eq!(
+            notes(raw),
+            [("POST".to_owned(), Some("repeated Content-Length"))]
+        );
+    }
+
+    #[test]
+    fn stays_in_step_over_bodies_whole_or_byte_by_byte() {
+        let hidden = "GET /hidden HTTP/1.1\r\nHost: x\r\n\r\n";
+        let n = hidden.len();
+        let stream = format!(
+            "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: {n}\r\n\r\n{hidden}\
+             \r\nPOST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+             5;ext=1\r\nhello\r\n{n:x} \r\n{hidden}\r\n0\r\nX-T: 1\r\n\r\n\
+             DELETE /c HTTP/1.1\r\nHost: x\r\n\r\n"
+        );
+        let want = [
+            ("POST".to_owned(), None),
+            ("POST".to_owned(), None),
+            ("DELETE".to_owned(), None),
+        ];
+        assert_eq!(notes(stream.as_bytes()), want);
+        let g = Guard::new(65536);
+        for b in stream.as_bytes() {
+            g.feed(std::slice::from_ref(b));
+        }
+        assert_eq!(g.take(&Method::POST), Ok(()));
+        assert_eq!(g.take(&Method::POST), Ok(()));
+        assert_eq!(g.take(&Method::DELETE), Ok(()));
+        assert_eq!(g.take(&Method::GET), Err(UNVERIFIED), "no hidden request");
+    }
+
+    #[test]
+    fn out_of_step_or_lost_means_refused() {
+        let g = Guard::new(65536);
+        g.feed(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(g.take(&Method::POST), Err(UNVERIFIED));
+        let g = Guard::new(65536);
+        g.feed(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+        g.feed(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(g.take(&Method::POST), Ok(()));
+        assert_eq!(
+            g.take(&Method::GET),
+            Err(UNVERIFIED),
+            "lost after a bad chunk"
+        );
+    }
+}
