@@ -226,6 +226,13 @@ impl Endpoint {
         if let Ok(uri) = format!("{}{pq}", self.base).parse() {
             *req.uri_mut() = uri;
         }
+        // RFC 9112 §3.2: every HTTP/1.1 request carries Host. An HTTP/1.0 request may come with
+        // neither Host nor an absolute URI: name the endpoint then, as the health checks do.
+        if !req.headers().contains_key(http::header::HOST) {
+            if let Ok(host) = http::HeaderValue::from_str(&self.authority()) {
+                req.headers_mut().insert(http::header::HOST, host);
+            }
+        }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _guard = InFlight(&self.in_flight);
         self.client.request(req).await
