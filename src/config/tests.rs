@@ -157,7 +157,19 @@ fn upstream_addresses() {
             port: 80
         }
     );
-    for bad in ["unix:relative", "host", "host:0", "host:99999", ":80"] {
+    // Found by fuzz/ (target `config`): a host with `:` or `}` was accepted, and rendered as
+    // `[a:b]:80`, which did not parse back.
+    for bad in [
+        "unix:relative",
+        "host",
+        "host:0",
+        "host:99999",
+        ":80",
+        "a:b:80",
+        "fd00::1:6385",
+        "x}:80",
+        "a/b:80",
+    ] {
         assert!(bad.parse::<UpstreamAddr>().is_err(), "{bad}");
     }
 }
