@@ -108,7 +108,11 @@ async fn serve_upstream(listener: UnixListener, record: Arc<Mutex<Upstream>>) {
         tokio::spawn(async move {
             let svc_record = record.clone();
             let svc = hyper::service::service_fn(move |req| answer(req, svc_record.clone()));
+            // Limits above the proxy's own (1024 fields, `header_bytes`), so that everything
+            // the proxy may forward is read and checked rather than refused as too large.
             let conn = hyper::server::conn::http1::Builder::new()
+                .max_headers(4096)
+                .max_buf_size(1024 * 1024)
                 .serve_connection(TokioIo::new(stream), svc);
             if let Err(e) = conn.await {
                 if e.is_parse() || e.is_parse_too_large() {
