@@ -284,7 +284,10 @@ impl std::str::FromStr for UpstreamAddr {
         };
         let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
         let port: u16 = port.parse().map_err(|_| bad())?;
-        if host.is_empty() || host.contains(['/', ' ', '[', ']']) || port == 0 {
+        // A DNS name or IPv4 address; IPv6 only in brackets (parsed above), as "fd00::1:6385"
+        // is ambiguous. The host becomes part of request URIs, so nothing else may pass.
+        let name_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
+        if host.is_empty() || !host.bytes().all(name_char) || port == 0 {
             return Err(bad());
         }
         Ok(Self::Tcp {

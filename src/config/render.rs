@@ -10,8 +10,25 @@ fn d(v: Duration) -> String {
     format!("\"{}\"", humantime::format_duration(v))
 }
 
+/// A TOML basic string that reads back as `s`. Every string of the file is interpolated when it
+/// is read and the rendered values are already expanded, so `$` is written `$$`; control
+/// characters become `\uXXXX` (Rust's `{:?}` writes `\u{1b}`, which TOML rejects).
 fn q(s: &str) -> String {
-    format!("{s:?}")
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '$' => o.push_str("$$"),
+            c if c.is_control() => {
+                let _ = write!(o, "\\u{:04X}", u32::from(c));
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
 }
 
 fn list<T: ToString>(items: &[T]) -> String {

@@ -157,7 +157,44 @@ fn upstream_addresses() {
             port: 80
         }
     );
-    for bad in ["unix:relative", "host", "host:0", "host:99999", ":80"] {
+    // Found by fuzz/ (target `config`): a host with `:` or `}` was accepted, and rendered as
+    // `[a:b]:80`, which did not parse back.
+    for bad in [
+        "unix:relative",
+        "host",
+        "host:0",
+        "host:99999",
+        ":80",
+        "a:b:80",
+        "fd00::1:6385",
+        "x}:80",
+        "a/b:80",
+    ] {
         assert!(bad.parse::<UpstreamAddr>().is_err(), "{bad}");
     }
+}
+
+#[test]
+fn rendered_config_reads_back_unchanged() {
+    // Found by fuzz/ (target `config`): `$${X}` rendered as `${X}` did not parse back, and
+    // control characters were written in Rust's `\u{..}` form, which TOML rejects.
+    let text = r#"
+[[listeners]]
+name = "a$$b ${NS} $x \u001b e\u0301 \"q\" \\"
+listen = "127.0.0.1:6385"
+upstream = "unix:/tmp/$${HOME}/\t.sock"
+"#;
+    let c = Config::parse(text, &env()).unwrap();
+    assert_eq!(
+        c.listeners[0].name,
+        "a$b metal3 $x \u{1b} e\u{301} \"q\" \\"
+    );
+    let rendered = c.render();
+    let again = Config::parse(&rendered, &HashMap::new()).expect("rendered config parses");
+    assert_eq!(again.listeners[0].name, c.listeners[0].name);
+    assert_eq!(
+        again.listeners[0].upstream.local,
+        c.listeners[0].upstream.local
+    );
+    assert_eq!(again.render(), rendered);
 }

@@ -199,15 +199,16 @@ impl Listener {
                 allowed: true,
                 ..ConnInfo::default()
             };
-            return self
-                .serve(
-                    Activity::new(io, clock.clone()),
-                    false,
-                    info,
-                    clock,
-                    shutdown,
-                )
-                .await;
+            return Self::serve(
+                self.proxy.clone(),
+                &self.limits,
+                Activity::new(io, clock.clone()),
+                false,
+                info,
+                clock,
+                shutdown,
+            )
+            .await;
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.load());
         let stream = match tokio::time::timeout_at(head_deadline, acceptor.accept(io)).await {
@@ -248,7 +249,9 @@ impl Listener {
             info.xfcc = Some(id.xfcc().into());
             info.identity = Some(Arc::new(id));
         }
-        self.serve(
+        Self::serve(
+            self.proxy.clone(),
+            &self.limits,
             Activity::new(stream, clock.clone()),
             h2,
             info,
@@ -269,8 +272,11 @@ impl Listener {
             .inc();
     }
 
+    /// Serves a connection to its end. An associated function so that [`serve_stream`] can use
+    /// it without a bound socket.
     async fn serve<S>(
-        &self,
+        proxy: Arc<Proxy>,
+        limits: &Limits,
         io: S,
         h2: bool,
         info: ConnInfo,
@@ -279,11 +285,10 @@ impl Listener {
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let proxy = self.proxy.clone();
         let info = Arc::new(info);
         let svc_clock = clock.clone();
         // HTTP/1.1 only: HTTP/2 frames its messages itself.
-        let framing = (!h2).then(|| guard::Guard::new(self.limits.header_bytes));
+        let framing = (!h2).then(|| guard::Guard::new(limits.header_bytes));
         let svc_framing = framing.clone();
         let svc = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
             let proxy = proxy.clone();
@@ -305,7 +310,7 @@ impl Listener {
             let io = TokioIo::new(io);
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
-                .max_header_list_size(u32::try_from(self.limits.header_bytes).unwrap_or(u32::MAX))
+                .max_header_list_size(u32::try_from(limits.header_bytes).unwrap_or(u32::MAX))
                 .max_concurrent_streams(256)
                 .serve_connection(io, svc);
             drive(conn, clock, shutdown).await;
@@ -319,8 +324,8 @@ impl Listener {
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(None)
-                .max_buf_size(self.limits.header_bytes.max(8192))
-                .max_header_size(self.limits.header_bytes)
+                .max_buf_size(limits.header_bytes.max(8192))
+                .max_header_size(limits.header_bytes)
                 .max_headers(guard::MAX_HEADERS)
                 .keep_alive(true)
                 .serve_connection(io, svc);
@@ -341,6 +346,26 @@ async fn accept(bound: &Bound) -> std::io::Result<(Stream, Option<SocketAddr>)> 
             Ok((Stream::Unix(s), None))
         }
     }
+}
+
+/// Serves one already-accepted, already-decrypted connection to its end with exactly the
+/// settings, timeouts and service of a listener's connections: HTTP/1.1, or HTTP/2 with prior
+/// knowledge when `h2`. The request head deadline counts from this call. For in-memory tests
+/// and fuzzing (`fuzz/`), where the stream is a `tokio::io::duplex` pipe; the connection is
+/// never drained, it ends when the peer closes or a timeout of `limits` fires.
+pub async fn serve_stream<S>(io: S, h2: bool, proxy: Arc<Proxy>, info: ConnInfo, limits: &Limits)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let clock = ConnClock::new(
+        Instant::now(),
+        limits.request_head_timeout,
+        limits.idle_timeout,
+    );
+    // Kept alive until the connection ends: a dropped sender would read as a drain.
+    let (_never, shutdown) = watch::channel(false);
+    let io = Activity::new(io, clock.clone());
+    Listener::serve(proxy, limits, io, h2, info, clock, shutdown).await;
 }
 
 enum Stream {

@@ -42,6 +42,12 @@ pub enum Framing {
 pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<Framing, &'static str> {
     let te: Vec<&HeaderValue> = headers.get_all(header::TRANSFER_ENCODING).iter().collect();
     let cl: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
+    let hosts = headers.get_all(header::HOST).iter().count();
+    // Forwarded as HTTP/1.1, where several Host fields are invalid (RFC 9112 §3.2): an HTTP/1.0
+    // or HTTP/2 request may not have more than one either, or the upstream would pick one.
+    if hosts > 1 {
+        return Err("more than one Host header");
+    }
     if version == Version::HTTP_2 || version == Version::HTTP_3 {
         if !te.is_empty() {
             return Err("transfer-encoding is not allowed in HTTP/2");

@@ -60,6 +60,9 @@ fn host_rules() {
     assert!(check_framing(Version::HTTP_11, &map(&[])).is_err());
     assert!(check_framing(Version::HTTP_11, &map(&[("host", "a"), ("host", "b")])).is_err());
     assert!(check_framing(Version::HTTP_10, &map(&[])).is_ok());
+    // Found by fuzz/ (target `request`): these reached the upstream as HTTP/1.1 with two Hosts.
+    assert!(check_framing(Version::HTTP_10, &map(&[("host", "a"), ("host", "b")])).is_err());
+    assert!(check_framing(Version::HTTP_2, &map(&[("host", "a"), ("host", "b")])).is_err());
     assert!(check_framing(Version::HTTP_10, &map(&[("transfer-encoding", "chunked")])).is_err());
 }
 

@@ -1,0 +1,296 @@
+//! The request path: raw bytes from a client, through hyper's server with the proxy's service
+//! (`listen::serve_stream`, the same settings as a listener's connections), to a real upstream
+//! on a unix socket. Checks, for every input:
+//! - nothing panics (libFuzzer aborts on a panic in any task);
+//! - the connection ends (every timeout is enforced; time is paused, so they fire at once);
+//! - what the upstream received is never ambiguous: no `Transfer-Encoding` with
+//!   `Content-Length`, at most one `Content-Length`, exactly one `Host`, no hop-by-hop field,
+//!   no field name with an underscore, and `X-Forwarded-Client-Cert` only as set by the proxy
+//!   (exactly ours on a mutual connection, absent otherwise);
+//! - the upstream's own HTTP/1.1 parser never rejects what the proxy sent it.
+//!
+//! Input: one mode byte, then the bytes the client writes. Mode bit 0: a mutual-TLS connection
+//! with a verified identity; bit 1: HTTP/2 (prior knowledge) instead of HTTP/1.1; bit 2: the
+//! client half-closes after writing. The upstream answers by path: `/502` a 502 (exercises the
+//! retry path), `/big` a 256 KiB body, `/close` with `Connection: close`, anything else 200.
+#![no_main]
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use ironic_proxy::config::{Balance, HealthConfig, Limits, UpstreamAddr};
+use ironic_proxy::listen::serve_stream;
+use ironic_proxy::metrics::Metrics;
+use ironic_proxy::proxy::pool::{Pool, PoolOptions};
+use ironic_proxy::proxy::{ConnInfo, Proxy};
+use libfuzzer_sys::fuzz_target;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixListener;
+use tokio::runtime::Runtime;
+
+/// What the proxy puts in `X-Forwarded-Client-Cert` for the fuzzed mutual connections.
+const OUR_XFCC: &str = "Hash=00ff;Subject=\"CN=conductor-0\";DNS=conductor-0.ironic.metal3.svc";
+
+/// Longer than every timeout of [`limits`]: a connection still open then is a bug.
+const GIVE_UP: Duration = Duration::from_secs(3600);
+
+/// Longer than `body_timeout` + `upstream_timeout`: every task of an input has ended by then.
+const SETTLE: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct Upstream {
+    /// Request heads received, in order.
+    seen: Vec<HeaderMap>,
+    /// Parse errors of the upstream's HTTP/1.1 server: the proxy sent something malformed.
+    parse_errors: Vec<String>,
+}
+
+struct Harness {
+    rt: Runtime,
+    proxy: Arc<Proxy>,
+    limits: Limits,
+    upstream: Arc<Mutex<Upstream>>,
+}
+
+fn limits() -> Limits {
+    Limits {
+        max_connections: 16,
+        header_bytes: 16 * 1024,
+        request_head_timeout: Duration::from_secs(10),
+        body_timeout: Duration::from_secs(20),
+        idle_timeout: Duration::from_secs(30),
+        upstream_timeout: Duration::from_secs(30),
+        // Small, so that the 413 paths (declared and streamed) are reachable by short inputs.
+        max_body_bytes: 2048,
+        drain_timeout: Duration::from_secs(1),
+    }
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    record: Arc<Mutex<Upstream>>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    record
+        .lock()
+        .expect("no panic while holding the record")
+        .seen
+        .push(req.headers().clone());
+    let path = req.uri().path().to_owned();
+    // Read the whole body, as Ironic does, so the proxy's framing is exercised to the end.
+    let _ = req.into_body().collect().await;
+    let mut resp = Response::new(Full::new(Bytes::from_static(b"{\"ok\":true}")));
+    match path.as_str() {
+        "/502" => *resp.status_mut() = StatusCode::BAD_GATEWAY,
+        "/big" => *resp.body_mut() = Full::new(Bytes::from(vec![b'x'; 256 * 1024])),
+        "/close" => {
+            resp.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+        }
+        _ => {}
+    }
+    Ok(resp)
+}
+
+async fn serve_upstream(listener: UnixListener, record: Arc<Mutex<Upstream>>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let record = record.clone();
+        tokio::spawn(async move {
+            let svc_record = record.clone();
+            let svc = hyper::service::service_fn(move |req| answer(req, svc_record.clone()));
+            // Limits above the proxy's own (1024 fields, `header_bytes`), so that everything
+            // the proxy may forward is read and checked rather than refused as too large.
+            let conn = hyper::server::conn::http1::Builder::new()
+                .max_headers(4096)
+                .max_buf_size(1024 * 1024)
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                if e.is_parse() || e.is_parse_too_large() {
+                    record
+                        .lock()
+                        .expect("no panic while holding the record")
+                        .parse_errors
+                        .push(e.to_string());
+                }
+            }
+        });
+    }
+}
+
+fn harness() -> &'static Harness {
+    static H: OnceLock<Harness> = OnceLock::new();
+    H.get_or_init(|| {
+        // libFuzzer's C `main` replaces Rust's, which ignores SIGPIPE for every Rust binary,
+        // the proxy's included: restore that, or a write to a socket the peer closed (the
+        // upstream after a cut request) kills the process instead of returning EPIPE.
+        // SAFETY: setting a signal's disposition to SIG_IGN, once, before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a runtime can be built");
+        let dir: PathBuf =
+            std::env::temp_dir().join(format!("ironic-proxy-fuzz-req-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir is writable");
+        let sock = dir.join("upstream.sock");
+        let upstream = Arc::new(Mutex::new(Upstream::default()));
+        let limits = limits();
+        let proxy = rt.block_on(async {
+            let listener = UnixListener::bind(&sock).expect("bind the upstream socket");
+            tokio::spawn(serve_upstream(listener, upstream.clone()));
+            let metrics = Metrics::new();
+            let pool = Pool::new(PoolOptions {
+                name: "fuzz".into(),
+                local: Some(UpstreamAddr::Unix(sock.clone())),
+                dns: None,
+                peer_tls: None,
+                balance: Balance::LeastRequest,
+                health: HealthConfig::default(),
+                retries: 2,
+                max_response_head: limits.header_bytes,
+                metrics: metrics.clone(),
+            });
+            Arc::new(Proxy::new("fuzz", pool, limits.clone(), metrics))
+        });
+        Harness {
+            rt,
+            proxy,
+            limits,
+            upstream,
+        }
+    })
+}
+
+fn check_upstream(record: &Upstream, xfcc: Option<&str>, input: &[u8]) {
+    assert!(
+        record.parse_errors.is_empty(),
+        "the upstream could not parse what the proxy sent: {:?}\ninput: {:?}",
+        record.parse_errors,
+        String::from_utf8_lossy(input)
+    );
+    let hop_by_hop = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+    ];
+    for h in &record.seen {
+        let show = || format!("{h:?}\ninput: {:?}", String::from_utf8_lossy(input));
+        assert!(
+            !(h.contains_key(header::TRANSFER_ENCODING) && h.contains_key(header::CONTENT_LENGTH)),
+            "Transfer-Encoding with Content-Length reached the upstream: {}",
+            show()
+        );
+        assert!(
+            h.get_all(header::CONTENT_LENGTH).iter().count() <= 1,
+            "several Content-Length: {}",
+            show()
+        );
+        assert_eq!(
+            h.get_all(header::HOST).iter().count(),
+            1,
+            "Host: {}",
+            show()
+        );
+        for name in h.keys() {
+            assert!(
+                !name.as_str().contains('_'),
+                "underscore name {name}: {}",
+                show()
+            );
+            assert!(
+                !hop_by_hop.contains(&name.as_str()),
+                "hop-by-hop {name} forwarded: {}",
+                show()
+            );
+        }
+        let got: Vec<&[u8]> = h
+            .get_all(HeaderName::from_static("x-forwarded-client-cert"))
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        let want: Vec<&[u8]> = xfcc.map(str::as_bytes).into_iter().collect();
+        assert_eq!(got, want, "X-Forwarded-Client-Cert: {}", show());
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&mode, bytes)) = data.split_first() else {
+        return;
+    };
+    let h = harness();
+    let mutual = mode & 1 != 0;
+    let h2 = mode & 2 != 0;
+    let half_close = mode & 4 != 0;
+    let xfcc = mutual.then_some(OUR_XFCC);
+    let info = ConnInfo {
+        peer: Some(([127, 0, 0, 1], 40000).into()),
+        identity: None,
+        allowed: true,
+        xfcc: xfcc.map(Arc::from),
+        tls: mutual,
+    };
+    *h.upstream
+        .lock()
+        .expect("no panic while holding the record") = Upstream::default();
+    h.rt.block_on(async {
+        let (client, server) = tokio::io::duplex(8 * 1024);
+        let proxy = h.proxy.clone();
+        let limits = h.limits.clone();
+        let conn =
+            tokio::spawn(async move { serve_stream(server, h2, proxy, info, &limits).await });
+        let (mut rd, mut wr) = tokio::io::split(client);
+        let write = async {
+            let _ = wr.write_all(bytes).await;
+            if half_close {
+                let _ = wr.shutdown().await;
+            }
+            // Keep the write half open (unless closed above) until the server is done.
+            wr
+        };
+        let read = async {
+            let mut sink = Vec::new();
+            let _ = rd.read_to_end(&mut sink).await;
+        };
+        let exchange = async {
+            let (wr, ()) = tokio::join!(write, read);
+            drop(wr);
+        };
+        let _ = tokio::time::timeout(GIVE_UP, exchange).await;
+        match tokio::time::timeout(GIVE_UP, conn).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Ok(Err(e)) => panic!("connection task failed: {e}"),
+            Err(_) => panic!(
+                "connection still open after {GIVE_UP:?}: input {:?}",
+                String::from_utf8_lossy(bytes)
+            ),
+        }
+        // HTTP/2 streams run in their own tasks and may outlive the connection by up to
+        // body_timeout + upstream_timeout: let them finish before reading the record, so
+        // that it holds this input's requests and no later input's.
+        tokio::time::sleep(SETTLE).await;
+    });
+    let record = h
+        .upstream
+        .lock()
+        .expect("no panic while holding the record");
+    check_upstream(&record, xfcc, bytes);
+});
