@@ -63,7 +63,7 @@ fn one_request(c: &mut Criterion) {
         };
         let info = Arc::new(ConnInfo {
             peer: Some("10.0.0.7:40000".parse().expect("address")),
-            xfcc: Some(identity.xfcc().into()),
+            xfcc: http::HeaderValue::from_str(&identity.xfcc()).ok(),
             identity: Some(Arc::new(identity)),
             allowed: true,
             tls: true,
@@ -90,19 +90,25 @@ fn one_request(c: &mut Criterion) {
             .header("host", "10.0.0.5:6385")
             .header("user-agent", "python-requests/2.32.3")
             .header("accept", "*/*")
-            .header("x-openstack-request-id", "req-6f1c5a0e-3a43-4f5d-9a6b-2b7c7e0d9a11")
+            .header(
+                "x-openstack-request-id",
+                "req-6f1c5a0e-3a43-4f5d-9a6b-2b7c7e0d9a11",
+            )
             .body(Empty::<Bytes>::new())
             .expect("request")
     };
-    c.bench_function("proxy: GET through Proxy::handle to a unix-socket upstream", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let resp = sender.send_request(request()).await.expect("response");
-                assert_eq!(resp.status(), 200);
-                resp.into_body().collect().await.expect("body").to_bytes()
-            })
-        });
-    });
+    c.bench_function(
+        "proxy: GET through Proxy::handle to a unix-socket upstream",
+        |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let resp = sender.send_request(request()).await.expect("response");
+                    assert_eq!(resp.status(), 200);
+                    resp.into_body().collect().await.expect("body").to_bytes()
+                })
+            });
+        },
+    );
 }
 
 criterion_group!(benches, one_request);

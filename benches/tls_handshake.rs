@@ -77,8 +77,11 @@ fn client_config(p: &Pki, mutual: bool) -> Arc<ClientConfig> {
         .expect("TLS 1.3")
         .with_root_certificates(roots(p));
     let mut cfg = if mutual {
-        b.with_client_auth_cert(vec![p.client.cert_der.clone()], p.client.key_der.clone_key())
-            .expect("client key")
+        b.with_client_auth_cert(
+            vec![p.client.cert_der.clone()],
+            p.client.key_der.clone_key(),
+        )
+        .expect("client key")
     } else {
         b.with_no_client_auth()
     };
