@@ -35,9 +35,9 @@ pub fn provider() -> rustls::crypto::CryptoProvider {
 /// The listeners' provider: [`provider`] with TLS 1.3's `AES_128_GCM_SHA256` first (listeners
 /// choose the suite: `ignore_client_order`). Same 128-bit security level as `AES_256_GCM_SHA384`
 /// (Mozilla's "modern" profile and Go's crypto/tls put it first), but SHA-256 runs on the CPU's
-/// SHA extensions where aws-lc's SHA-384 falls back to generic code on some CPUs (AMD EPYC),
-/// and AES-128 has 10 rounds instead of 14: measured, a full handshake costs about 8 % less CPU
-/// and bulk transfer less too (BENCHMARKS.md).
+/// SHA extensions where aws-lc's SHA-384 falls back to generic code on some CPUs (on an AMD
+/// EPYC, 8 % of an mTLS handshake's CPU in a profile), and AES-128 has 10 rounds instead of 14.
+/// BENCHMARKS.md has the before/after.
 fn listener_provider() -> rustls::crypto::CryptoProvider {
     let mut p = provider();
     let preferred = rustls::CipherSuite::TLS13_AES_128_GCM_SHA256;
