@@ -115,10 +115,7 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn run(config: Config) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match ironic_proxy::server::runtime() {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };

@@ -65,6 +65,29 @@ fn peer_client_config(id: &Identity) -> Result<Arc<ArcSwap<rustls::ClientConfig>
     Ok(swap)
 }
 
+/// The runtime `run` uses. On one CPU (a sidecar's usual CPU limit, or an affinity mask; both
+/// count in `available_parallelism`) a current-thread runtime: every task on the one thread, no
+/// hand-offs between a worker and the thread that blocks on the main future, no work-stealing
+/// queues, one thread's memory. On more CPUs the multi-thread runtime with one worker each.
+/// `IRONIC_PROXY_WORKER_THREADS=N` overrides the CPU count (1 = current-thread).
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let threads = std::env::var("IRONIC_PROXY_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+}
+
 /// A started server.
 pub struct Server {
     pub metrics: Metrics,

@@ -120,6 +120,11 @@ impl RequestBody {
         Self::Full(None)
     }
 
+    /// Whether [`Self::try_clone`] can copy it (the body is buffered).
+    pub fn is_replayable(&self) -> bool {
+        matches!(self, Self::Full(_))
+    }
+
     /// A copy for another try, when the body is buffered.
     pub fn try_clone(&self) -> Option<Self> {
         match self {

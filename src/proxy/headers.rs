@@ -114,29 +114,51 @@ fn content_length(values: &[&HeaderValue]) -> Result<Option<u64>, &'static str> 
     Ok(found)
 }
 
+/// Hop-by-hop fields that are never forwarded (RFC 9110 §7.6.1), besides those `Connection`
+/// names.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::TRAILER,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
+
 /// Removes hop-by-hop fields, including those named in `Connection` (RFC 9110 §7.6.1).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+    strip(headers, false);
+}
+
+/// One pass over the field names instead of a lookup per hop-by-hop name, and no allocation in
+/// the common case (at most `Connection: keep-alive`); with `underscores`, names containing `_`
+/// go too.
+fn strip(headers: &mut HeaderMap, underscores: bool) {
+    // Further `Connection` lines are rare; only they are copied (reference counts).
+    let more: Vec<HeaderValue> = headers
         .get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .skip(1)
+        .cloned()
         .collect();
-    for name in named {
-        headers.remove(name);
+    if let Some(first) = headers.remove(header::CONNECTION) {
+        for value in std::iter::once(&first).chain(&more) {
+            let Ok(value) = value.to_str() else { continue };
+            for token in value.split(',') {
+                // `&str` keys are matched case-insensitively, without allocating.
+                headers.remove(token.trim());
+            }
+        }
     }
-    for name in [
-        header::CONNECTION,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::TE,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::TRAILER,
-        header::PROXY_AUTHORIZATION,
-        header::PROXY_AUTHENTICATE,
-    ] {
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| HOP_BY_HOP.contains(n) || (underscores && n.as_str().contains('_')))
+        .cloned()
+        .collect();
+    for name in doomed {
         headers.remove(name);
     }
 }
@@ -145,44 +167,61 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub struct Forwarded<'a> {
     pub client_ip: Option<std::net::IpAddr>,
     pub proto: &'static str,
-    pub host: Option<&'a str>,
-    pub xfcc: Option<&'a str>,
+    /// The request's `Host` (or HTTP/2 authority), for `X-Forwarded-Host`.
+    pub host: Option<&'a HeaderValue>,
+    /// The connection's verified client identity, built once per connection.
+    pub xfcc: Option<&'a HeaderValue>,
     pub version: Version,
 }
 
 /// Rewrites request headers for the upstream.
 pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
-    strip_hop_by_hop(headers);
-    let underscored: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| n.as_str().contains('_'))
-        .cloned()
-        .collect();
-    for name in underscored {
-        headers.remove(name);
-    }
-    headers.remove(XFCC);
+    strip(headers, true);
     headers.remove(FORWARDED);
-    if let Some(v) = fwd.xfcc.and_then(|v| HeaderValue::from_str(v).ok()) {
-        headers.insert(XFCC, v);
+    // `insert` replaces every value the client sent.
+    match fwd.xfcc {
+        Some(v) => {
+            headers.insert(XFCC, v.clone());
+        }
+        None => {
+            headers.remove(XFCC);
+        }
     }
     if let Some(ip) = fwd.client_ip {
         let joined = match headers.get(XFF).and_then(|v| v.to_str().ok()) {
-            Some(prev) if !prev.trim().is_empty() => format!("{prev}, {ip}"),
-            _ => ip.to_string(),
+            Some(prev) if !prev.trim().is_empty() => {
+                HeaderValue::from_str(&format!("{prev}, {ip}")).ok()
+            }
+            _ => ip_value(ip),
         };
-        if let Ok(v) = HeaderValue::from_str(&joined) {
+        if let Some(v) = joined {
             headers.insert(XFF, v);
         }
     } else {
         // A unix-socket client has no address to append; keep what earlier hops wrote.
     }
     headers.insert(XFP, HeaderValue::from_static(fwd.proto));
-    headers.remove(XFH);
-    if let Some(v) = fwd.host.and_then(|h| HeaderValue::from_str(h).ok()) {
-        headers.insert(XFH, v);
+    match fwd.host {
+        Some(h) => {
+            headers.insert(XFH, h.clone());
+        }
+        None => {
+            headers.remove(XFH);
+        }
     }
     append_via(headers, fwd.version);
+}
+
+/// An address as a header value, formatted on the stack: the value's copy is the only
+/// allocation.
+fn ip_value(ip: std::net::IpAddr) -> Option<HeaderValue> {
+    use std::io::Write as _;
+    // The longest textual IPv6 address is 45 bytes.
+    let mut buf = [0u8; 48];
+    let mut rest = &mut buf[..];
+    write!(rest, "{ip}").ok()?;
+    let len = 48 - rest.len();
+    HeaderValue::from_bytes(&buf[..len]).ok()
 }
 
 /// Rewrites response headers for the client.

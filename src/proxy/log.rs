@@ -3,6 +3,8 @@
 use super::body::OnEnd;
 use super::{Blame, ConnInfo};
 use crate::metrics::{ListenerLabels, Metrics, RequestLabels};
+use crate::tls::ClientIdentity;
+use http::{Method, Uri};
 use hyper::body::Incoming;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
@@ -45,14 +47,17 @@ impl ListenerMetrics {
     }
 }
 
+/// What the access log line and the request metrics need, captured as reference counts and
+/// copies of small values: the strings of the log line are formatted only when the `access`
+/// target is enabled, at the end of the response.
 pub(super) struct Record {
     listener: Arc<str>,
-    client: String,
-    identity: Option<String>,
-    method: String,
-    path: String,
+    peer: Option<std::net::SocketAddr>,
+    identity: Option<Arc<ClientIdentity>>,
+    method: Method,
+    uri: Uri,
     pub(super) status: u16,
-    pub(super) upstream: Option<String>,
+    pub(super) upstream: Option<Arc<str>>,
     pub(super) blame: Option<Blame>,
     start: Instant,
     metrics: Arc<ListenerMetrics>,
@@ -66,24 +71,12 @@ impl Record {
         metrics: Arc<ListenerMetrics>,
         start: Instant,
     ) -> Self {
-        let mut path = req.uri().path().to_owned();
-        // Keep log lines bounded whatever the client sends.
-        if path.len() > 256 {
-            let mut end = 256;
-            while !path.is_char_boundary(end) {
-                end -= 1;
-            }
-            path.truncate(end);
-            path.push('…');
-        }
         Self {
             listener: listener.clone(),
-            client: conn
-                .peer
-                .map_or_else(|| "unix".to_owned(), |p| p.to_string()),
-            identity: conn.identity.as_ref().map(|i| i.display_name()),
-            method: req.method().as_str().to_owned(),
-            path,
+            peer: conn.peer,
+            identity: conn.identity.clone(),
+            method: req.method().clone(),
+            uri: req.uri().clone(),
             status: 0,
             upstream: None,
             blame: None,
@@ -91,6 +84,20 @@ impl Record {
             metrics,
         }
     }
+}
+
+/// The request path for the log, bounded whatever the client sends.
+fn bounded_path(uri: &Uri) -> String {
+    let mut path = uri.path().to_owned();
+    if path.len() > 256 {
+        let mut end = 256;
+        while !path.is_char_boundary(end) {
+            end -= 1;
+        }
+        path.truncate(end);
+        path.push('…');
+    }
+    path
 }
 
 impl OnEnd for Record {
@@ -102,13 +109,17 @@ impl OnEnd for Record {
         if !tracing::event_enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
+        let client = self
+            .peer
+            .map_or_else(|| "unix".to_owned(), |p| p.to_string());
+        let identity = self.identity.as_ref().map(|i| i.display_name());
         tracing::info!(
             target: "access",
             listener = %self.listener,
-            client = %self.client,
-            identity = self.identity.as_deref().unwrap_or("-"),
+            client = %client,
+            identity = identity.as_deref().unwrap_or("-"),
             method = %self.method,
-            path = %self.path,
+            path = %bounded_path(&self.uri),
             status = self.status,
             bytes,
             duration_ms = elapsed.as_secs_f64() * 1000.0,

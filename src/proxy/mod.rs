@@ -26,6 +26,7 @@ use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use pool::{Pool, Slot};
+use smallvec::SmallVec;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -46,7 +47,7 @@ pub struct ConnInfo {
     /// False when a verified client certificate is outside `allow`: every request gets 403.
     pub allowed: bool,
     /// The identity in `X-Forwarded-Client-Cert` form, computed once per connection.
-    pub xfcc: Option<Arc<str>>,
+    pub xfcc: Option<HeaderValue>,
     pub tls: bool,
 }
 
@@ -109,7 +110,7 @@ impl Proxy {
         &self,
         req: Request<Incoming>,
         conn: &ConnInfo,
-    ) -> Result<(Response<ResponseBody>, String), ProxyError> {
+    ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         if let Some(FramingRefused(why)) = req.extensions().get::<FramingRefused>() {
             return Err(ProxyError::BadRequest(why));
         }
@@ -181,26 +182,27 @@ impl Proxy {
         let via_proxy = headers::came_through_proxy(&parts.headers);
         // The target's authority, when it has one (absolute-form, HTTP/2 :authority), wins
         // over Host: RFC 9112 §3.2.2, the recipient MUST ignore Host and use the target's.
+        // A copy of the value (a reference count), not of its bytes.
         let host = parts
             .uri
             .authority()
-            .map(|a| a.as_str().to_owned())
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
             .or_else(|| {
                 parts
                     .headers
                     .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(str::to_owned)
+                    .filter(|h| h.to_str().is_ok())
+                    .cloned()
             });
         let fwd = headers::Forwarded {
             client_ip: conn.peer.map(|p| p.ip()),
             proto: if conn.tls { "https" } else { "http" },
-            host: host.as_deref(),
-            xfcc: conn.xfcc.as_deref(),
+            host: host.as_ref(),
+            xfcc: conn.xfcc.as_ref(),
             version: parts.version,
         };
         headers::rewrite_request(&mut parts.headers, &fwd);
-        if let Some(v) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
+        if let Some(v) = host {
             parts.headers.insert(header::HOST, v);
         }
         parts.version = Version::HTTP_11;
@@ -217,10 +219,11 @@ impl Proxy {
         mut body: RequestBody,
         via_proxy: bool,
         cut: &CutSlot,
-    ) -> Result<(Response<ResponseBody>, String), ProxyError> {
+    ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         let deadline = Instant::now() + self.limits.upstream_timeout;
         let replayable_method = headers::is_replayable(&parts.method);
-        let mut tried: Vec<Slot> = Vec::new();
+        let replayable_body = body.is_replayable();
+        let mut tried: SmallVec<[Slot; 4]> = SmallVec::new();
         let mut last_err: Option<ProxyError> = None;
         let max = self.limits.max_body_bytes;
         loop {
@@ -229,8 +232,10 @@ impl Proxy {
             };
             tried.push(slot);
             let attempts_left = tried.len() <= self.upstream.retries as usize;
-            // Keep what another try needs only when one can follow.
-            let spare = if attempts_left {
+            // Keep what another try needs only when one can follow: tries are left and another
+            // endpoint exists (a sidecar's lone `local` has none, so its requests are never
+            // copied).
+            let spare = if attempts_left && self.upstream.has_alternative(&tried, via_proxy) {
                 body.try_clone()
             } else {
                 None
@@ -296,7 +301,7 @@ impl Proxy {
                     } else {
                         member.health.record_passive_success();
                     }
-                    let more = spare.is_some() && attempts_left && Instant::now() < deadline;
+                    let more = replayable_body && attempts_left && Instant::now() < deadline;
                     if !(gateway_error && replayable_method && more) {
                         let mut resp = resp;
                         let version = resp.version();
@@ -304,7 +309,7 @@ impl Proxy {
                         let (p, b) = resp.into_parts();
                         return Ok((
                             Response::from_parts(p, ResponseBody::upstream(b)),
-                            endpoint.name.clone(),
+                            endpoint.label().clone(),
                         ));
                     }
                     tracing::info!(upstream = %self.upstream.name, endpoint = %endpoint.name, status, "retrying on another endpoint");

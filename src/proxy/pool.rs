@@ -214,7 +214,7 @@ impl Pool {
             return None;
         }
         let peers = self.peers.load();
-        let exclude: Vec<usize> = tried
+        let exclude: smallvec::SmallVec<[usize; 4]> = tried
             .iter()
             .filter_map(|s| {
                 if let Slot::Peer(i) = s {
@@ -238,6 +238,18 @@ impl Pool {
             .min_by_key(|i| peers[*i].endpoint.in_flight())?;
         tracing::debug!(upstream = %self.name, endpoint = %peers[i].endpoint.name, "no healthy peer: trying one anyway");
         Some((Slot::Peer(i), peers[i].clone()))
+    }
+
+    /// Whether [`Self::pick`] might find an endpoint outside `tried`: cheap and conservative (an
+    /// unavailable peer still counts), so a request is copied for a retry only when one can
+    /// follow.
+    pub fn has_alternative(&self, tried: &[Slot], via_proxy: bool) -> bool {
+        let local_left = self.local.is_some() && !tried.contains(&Slot::Local);
+        if local_left || via_proxy {
+            return local_left;
+        }
+        let peers_tried = tried.iter().filter(|s| matches!(s, Slot::Peer(_))).count();
+        self.peers.load().len() > peers_tried
     }
 
     /// Whether some endpoint can take a request now (for `/readyz`).

@@ -177,6 +177,8 @@ pub struct Endpoint {
     pub addr: UpstreamAddr,
     /// Label for logs and metrics.
     pub name: String,
+    /// `name`, shared with every request's access log record without a copy.
+    label: Arc<str>,
     client: Client<Connector, RequestBody>,
     in_flight: AtomicUsize,
     /// `http://<authority>` used to build request URIs for this endpoint.
@@ -202,8 +204,10 @@ impl Endpoint {
             .http1_max_buf_size(max_response_head.max(8192))
             .set_host(false)
             .build(Connector::new(addr.clone(), tls));
+        let name = addr.to_string();
         Self {
-            name: addr.to_string(),
+            label: name.as_str().into(),
+            name,
             addr,
             client,
             in_flight: AtomicUsize::new(0),
@@ -213,6 +217,10 @@ impl Endpoint {
                 .unwrap_or_else(|_| http::uri::Authority::from_static("localhost")),
             base,
         }
+    }
+
+    pub fn label(&self) -> &Arc<str> {
+        &self.label
     }
 
     pub fn in_flight(&self) -> usize {

@@ -92,10 +92,11 @@ fn spoofed_identity_never_survives() {
         ("x-forwarded-host", "evil"),
         ("forwarded", "for=1.2.3.4;proto=http;host=evil"),
     ]);
+    let host = HeaderValue::from_static("ironic:6385");
     let fwd = Forwarded {
         client_ip: Some("10.0.0.9".parse().unwrap()),
         proto: "https",
-        host: Some("ironic:6385"),
+        host: Some(&host),
         xfcc: None,
         version: Version::HTTP_11,
     };
@@ -108,8 +109,9 @@ fn spoofed_identity_never_survives() {
     assert_eq!(h[XFH], "ironic:6385");
     assert!(came_through_proxy(&h));
 
+    let good = HeaderValue::from_static("Hash=good");
     let fwd = Forwarded {
-        xfcc: Some("Hash=good"),
+        xfcc: Some(&good),
         ..fwd
     };
     let mut h = map(&[("x-forwarded-client-cert", "Hash=evil")]);

@@ -1,0 +1,97 @@
+//! The load benchmark's backend: a tiny hyper HTTP/1.1 server that all three proxies share, on a
+//! unix socket (what the proxies forward to) and on 127.0.0.1 TCP (the "backend hit directly"
+//! baseline). It must never be the bottleneck: one current-thread runtime, static bodies, no
+//! logging.
+//!
+//! `GET /small` answers 13 bytes, `GET /64k` answers 64 KiB, anything else answers `/small`'s body.
+//!
+//! Usage: `backend --unix PATH [--tcp 127.0.0.1:PORT]`
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+
+const SMALL: &[u8] = b"{\"ok\": true}\n";
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut unix = None;
+    let mut tcp = None;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--unix" => unix = args.next(),
+            "--tcp" => tcp = args.next(),
+            other => {
+                eprintln!("backend: unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let big = Bytes::from(vec![b'x'; 64 * 1024]);
+        let mut tasks = Vec::new();
+        if let Some(path) = unix {
+            let _ = std::fs::remove_file(&path);
+            let l = tokio::net::UnixListener::bind(&path).expect("bind unix");
+            let big = big.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let Ok((s, _)) = l.accept().await else {
+                        continue;
+                    };
+                    tokio::spawn(serve(s, big.clone()));
+                }
+            }));
+        }
+        if let Some(addr) = tcp {
+            let l = tokio::net::TcpListener::bind(&addr)
+                .await
+                .expect("bind tcp");
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let Ok((s, _)) = l.accept().await else {
+                        continue;
+                    };
+                    let _ = s.set_nodelay(true);
+                    tokio::spawn(serve(s, big.clone()));
+                }
+            }));
+        }
+        println!("ready");
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+}
+
+async fn serve<S>(s: S, big: Bytes)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let body = if req.uri().path() == "/64k" {
+            big.clone()
+        } else {
+            Bytes::from_static(SMALL)
+        };
+        async move {
+            Ok::<_, Infallible>(
+                Response::builder()
+                    .header("content-type", "application/json")
+                    .body(Full::new(body))
+                    .expect("static response"),
+            )
+        }
+    });
+    let _ = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(s), svc)
+        .await;
+}
