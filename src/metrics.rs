@@ -73,6 +73,7 @@ pub struct Metrics {
     pub reload_failures: Family<ReloadLabels, Counter>,
     pub dns_resolutions: Family<UpstreamLabels, Counter>,
     pub dns_failures: Family<UpstreamLabels, Counter>,
+    pub panics: Counter,
 }
 
 impl Default for Metrics {
@@ -172,6 +173,12 @@ impl Metrics {
             "DNS resolutions",
             dns_resolutions.clone(),
         );
+        let panics = Counter::default();
+        registry.register(
+            "panics",
+            "Panics contained in a task (a connection, a health check); the process kept running",
+            panics.clone(),
+        );
         let dns_failures = Family::default();
         registry.register(
             "dns_failures",
@@ -195,6 +202,7 @@ impl Metrics {
             reload_failures,
             dns_resolutions,
             dns_failures,
+            panics,
         }
     }
 

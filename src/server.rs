@@ -88,6 +88,25 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     }
 }
 
+/// Every task runs under tokio, which catches a panic in it and ends only that task (one
+/// connection, one health checker); the release profile keeps `panic = "unwind"` for that. This
+/// hook makes each such panic visible: logged through tracing with its location, and counted
+/// in `ironic_proxy_panics_total`. The process keeps serving.
+fn contain_panics(metrics: &Metrics) {
+    let counter = metrics.panics.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        counter.inc();
+        let location = info.location().map(ToString::to_string).unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(%location, %message, "panic contained in a task; the process keeps running");
+    }));
+}
+
 /// A started server.
 pub struct Server {
     pub metrics: Metrics,
@@ -106,6 +125,7 @@ use std::pin::Pin;
 impl Server {
     pub async fn start(config: Config) -> Result<Self, ServerError> {
         let metrics = Metrics::new();
+        contain_panics(&metrics);
         let readiness = Arc::new(Readiness::default());
         let identity = match &config.identity {
             Some(cfg) => Some(identity::start(cfg, &metrics).await?),
