@@ -244,7 +244,7 @@ fuzz_target!(|data: &[u8]| {
         peer: Some(([127, 0, 0, 1], 40000).into()),
         identity: None,
         allowed: true,
-        xfcc: xfcc.map(Arc::from),
+        xfcc: xfcc.map(http::HeaderValue::from_static),
         tls: mutual,
     };
     *h.upstream
