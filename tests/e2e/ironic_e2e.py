@@ -904,7 +904,11 @@ class E2E:
         ok = (
             all(v >= 1 for v in renewals.values())
             and all(renewed_logged[ip] >= 1 for ip in h.IPS)
-            and all(v >= 2 for v in during_flows.values())
+            # Every instance rotates while the node flows run, at least once (the killed one is
+            # down for part of them, and an idle machine finishes the flows in fewer renewal
+            # periods), and the three together several times.
+            and all(v >= 1 for v in during_flows.values())
+            and sum(during_flows.values()) >= 4
             and rotated_conns >= 1
             and not rpc_errors
             and sum(hs_rpc.values()) == self.deliberate_failures
