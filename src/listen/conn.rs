@@ -10,22 +10,27 @@
 //! the client stops reading: a response write that makes no progress for `idle_timeout` ends the
 //! connection, so a client that never reads (slow read) cannot hold it, and the upstream
 //! connection its response comes from, forever.
+//!
+//! The clock is checked lazily: nothing on the request path touches a timer or wakes the
+//! connection's driver. The driver sleeps until [`ConnClock::next_check`], which is never later
+//! than any deadline the connection can reach from its state at that moment (every deadline
+//! that a later event creates lies at least `min(head_timeout, idle_timeout)` after it), and
+//! then compares [`ConnClock::deadline`] with the time.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::futures::Notified;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub(crate) struct ConnClock {
     accepted: Instant,
     in_flight: AtomicUsize,
     served: AtomicU64,
-    idle_since: Mutex<Instant>,
+    /// Milliseconds after `accepted` at which the last request ended.
+    idle_since: AtomicU64,
     /// Milliseconds after `accepted` + 1 at which the first byte of the next head arrived
     /// while idle; 0 when none has.
     head_started: AtomicU64,
@@ -34,9 +39,6 @@ pub(crate) struct ConnClock {
     write_stalled: AtomicU64,
     head_timeout: Duration,
     idle_timeout: Duration,
-    /// Woken whenever [`ConnClock::deadline`] may have moved, so the connection's driver never
-    /// sleeps on a stale deadline (e.g. the first head deadline while an idle timeout runs).
-    changed: Notify,
 }
 
 impl ConnClock {
@@ -49,12 +51,11 @@ impl ConnClock {
             accepted,
             in_flight: AtomicUsize::new(0),
             served: AtomicU64::new(0),
-            idle_since: Mutex::new(accepted),
+            idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
             write_stalled: AtomicU64::new(0),
             head_timeout,
             idle_timeout,
-            changed: Notify::new(),
         })
     }
 
@@ -63,7 +64,6 @@ impl ConnClock {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.served.fetch_add(1, Ordering::AcqRel);
         self.head_started.store(0, Ordering::Release);
-        self.changed.notify_one();
         InFlight(self.clone())
     }
 
@@ -74,7 +74,6 @@ impl ConnClock {
         {
             self.head_started
                 .store(self.since_accepted() + 1, Ordering::Release);
-            self.changed.notify_one();
         }
     }
 
@@ -84,13 +83,11 @@ impl ConnClock {
 
     /// A write to the client could not proceed.
     fn note_write_pending(&self) {
-        let now = self.since_accepted() + 1;
-        if self
-            .write_stalled
-            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            self.changed.notify_one();
+        if self.write_stalled.load(Ordering::Acquire) == 0 {
+            let now = self.since_accepted() + 1;
+            let _ =
+                self.write_stalled
+                    .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire);
         }
     }
 
@@ -99,10 +96,11 @@ impl ConnClock {
         self.write_stalled.store(0, Ordering::Release);
     }
 
-    /// Resolves when the deadline may have changed since the last call (a stored permit makes a
-    /// change between reading the deadline and awaiting this one not get lost).
-    pub(crate) fn changed(&self) -> Notified<'_> {
-        self.changed.notified()
+    /// When the driver must look at the clock next, given the time `now`: the deadline if one
+    /// is due sooner, else the earliest moment a deadline that starts from now could fall due.
+    pub(crate) fn next_check(&self, now: Instant) -> Instant {
+        let soonest = now + self.head_timeout.min(self.idle_timeout);
+        self.deadline().map_or(soonest, |d| d.min(soonest))
     }
 
     /// When the connection must be closed if nothing changes; while requests run, only when
@@ -120,7 +118,7 @@ impl ConnClock {
         if started > 0 {
             return Some(self.accepted + Duration::from_millis(started - 1) + self.head_timeout);
         }
-        let idle = self.idle_since.lock().map_or(self.accepted, |g| *g);
+        let idle = self.accepted + Duration::from_millis(self.idle_since.load(Ordering::Acquire));
         Some(idle + self.idle_timeout)
     }
 }
@@ -130,11 +128,10 @@ pub(crate) struct InFlight(Arc<ConnClock>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if let Ok(mut idle) = self.0.idle_since.lock() {
-            *idle = Instant::now();
-        }
+        self.0
+            .idle_since
+            .store(self.0.since_accepted(), Ordering::Release);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
     }
 }
 
@@ -266,5 +263,28 @@ mod tests {
         assert!(d + Duration::from_millis(2) >= stalled_at + Duration::from_secs(60));
         c.note_write_progress();
         assert_eq!(c.deadline(), None, "progress lifts it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_check_is_never_after_a_deadline_that_a_later_event_creates() {
+        let t0 = Instant::now();
+        let c = ConnClock::new(t0, Duration::from_secs(10), Duration::from_secs(60));
+        assert_eq!(c.next_check(t0), t0 + Duration::from_secs(10), "first head");
+        let g = c.begin();
+        let armed = c.next_check(Instant::now());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        c.note_write_pending();
+        assert!(armed <= c.deadline().unwrap(), "a stall after arming");
+        c.note_write_progress();
+        drop(g);
+        let armed = c.next_check(Instant::now());
+        assert!(armed <= c.deadline().unwrap(), "idle after arming");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        c.note_read();
+        assert!(
+            armed <= c.deadline().unwrap(),
+            "a head started after arming"
+        );
+        assert!(c.deadline().unwrap() < Instant::now() + Duration::from_secs(60));
     }
 }

@@ -439,25 +439,26 @@ where
 }
 
 /// Runs a connection to completion, closing it at the clock's deadline or gracefully on drain.
+/// One timer per connection, re-armed only when it fires (see `conn` for why that is never late).
 async fn drive<C: Graceful>(conn: C, clock: Arc<ConnClock>, mut shutdown: watch::Receiver<bool>) {
     let mut conn = std::pin::pin!(conn);
+    let check = tokio::time::sleep_until(clock.next_check(Instant::now()));
+    let mut check = std::pin::pin!(check);
     let mut draining = false;
     loop {
-        let deadline = clock.deadline();
-        let wake = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
         tokio::select! {
             _ = conn.as_mut() => return,
             _ = shutdown.wait_for(|s| *s), if !draining => {
                 draining = true;
                 conn.as_mut().graceful();
             }
-            // A request began or ended, or a new head started: recompute the deadline.
-            () = clock.changed() => {}
-            () = tokio::time::sleep_until(wake) => {
-                if clock.deadline().is_some_and(|d| d <= Instant::now()) {
+            () = check.as_mut() => {
+                let now = Instant::now();
+                if clock.deadline().is_some_and(|d| d <= now) {
                     // Idle, a head too slow, or a client that stopped reading its response.
                     return;
                 }
+                check.as_mut().reset(clock.next_check(now));
             }
         }
     }
