@@ -80,16 +80,35 @@ fn fail(e: &dyn std::error::Error) -> ExitCode {
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.finish().with(filter).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .finish()
+            .with(filter)
+            .init(),
+    }
+}
+
+/// `RUST_LOG` as targets and levels (`info`, `warn,access=info`, `info,ironic_proxy=debug`);
+/// `info` when unset. A value that does not parse is reported once and `info` used: a typo in
+/// the log level must not keep the proxy from starting.
+fn log_filter(spec: Option<&str>) -> tracing_subscriber::filter::Targets {
+    let default = || tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO);
+    match spec.map(str::trim) {
+        None | Some("") => default(),
+        Some(s) => s.parse().unwrap_or_else(|e| {
+            eprintln!("ironic-proxy: RUST_LOG={s:?} ignored ({e}); logging at info");
+            default()
+        }),
     }
 }
 
@@ -135,4 +154,29 @@ fn run(config: Config) -> ExitCode {
         server.drain().await;
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+    use tracing::Level;
+
+    #[test]
+    fn rust_log_takes_targets_and_falls_back_to_info() {
+        let f = log_filter(Some("warn,access=info,ironic_proxy=debug"));
+        assert!(f.would_enable("access", &Level::INFO));
+        assert!(f.would_enable("ironic_proxy::proxy", &Level::DEBUG));
+        assert!(!f.would_enable("hyper", &Level::INFO));
+        assert!(f.would_enable("hyper", &Level::WARN));
+        let off = log_filter(Some("info,access=off"));
+        assert!(!off.would_enable("access", &Level::ERROR));
+        for fallback in [None, Some(""), Some("x=y=z")] {
+            let f = log_filter(fallback);
+            assert!(f.would_enable("ironic_proxy", &Level::INFO), "{fallback:?}");
+            assert!(
+                !f.would_enable("ironic_proxy", &Level::DEBUG),
+                "{fallback:?}"
+            );
+        }
+    }
 }
