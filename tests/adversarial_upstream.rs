@@ -110,6 +110,12 @@ fn script(hit: &RogueHit) -> Act {
         "/close-delimited" => {
             Act::ReplyClose(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil-close".to_vec())
         }
+        p if p.starts_with("/close-after/") => Act::ReplyClose(ok(p)),
+        p if p.starts_with("/announce-close/") => Act::ReplyClose(response(
+            "200 OK",
+            &["Content-Type: text/plain", "Connection: close"],
+            p.as_bytes(),
+        )),
         _ => Act::Reply(ok(&t)),
     }
 }
@@ -348,6 +354,85 @@ fn an_extra_response_from_the_upstream_never_reaches_another_request() {
     assert!(
         leaked.is_empty(),
         "responses leaked into other requests: {leaked:?}"
+    );
+}
+
+#[test]
+fn connections_the_upstream_closed_are_never_reused_and_keep_alive_ones_are() {
+    let rig = UpRig::new();
+    let mut c = rig.conn("api");
+    let n = 20;
+    let posts = |prefix: &str| -> Vec<RogueHit> {
+        rig.rogue
+            .hits()
+            .into_iter()
+            .filter(|h| h.target().starts_with(prefix))
+            .collect()
+    };
+
+    // Closed with notice (`Connection: close`): never reused, every POST answered, once each.
+    for i in 0..n {
+        let path = format!("/announce-close/{i}");
+        let r = c
+            .request(
+                "POST",
+                &path,
+                &[("Content-Type", "application/json")],
+                b"{}",
+            )
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        assert_eq!((r.status, r.text()), (200, path.clone()), "POST {path}");
+    }
+    let announced = posts("/announce-close/");
+    assert_eq!(announced.len(), n, "each POST exactly once: {announced:?}");
+    let conns: std::collections::HashSet<_> = announced.iter().map(|h| h.conn).collect();
+    assert_eq!(
+        conns.len(),
+        n,
+        "one upstream connection per closed exchange"
+    );
+
+    // Closed without notice right after each response, as a worker that exits does: a POST
+    // that meets a connection closing under it may fail (502: RFC 9112 §9.3.1, a proxy MUST
+    // NOT retry a non-idempotent request), but it is never sent twice and the proxy goes on.
+    let mut failed = 0;
+    for i in 0..n {
+        let path = format!("/close-after/{i}");
+        let r = c
+            .request(
+                "POST",
+                &path,
+                &[("Content-Type", "application/json")],
+                b"{}",
+            )
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        match r.status {
+            200 => assert_eq!(r.text(), path),
+            502 => failed += 1,
+            s => panic!("POST {path}: {s} {}", r.text()),
+        }
+    }
+    let silent = posts("/close-after/");
+    let mut targets: Vec<_> = silent.iter().map(RogueHit::target).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    assert_eq!(targets.len(), silent.len(), "a POST sent twice: {silent:?}");
+    assert!(
+        silent.len() >= n - failed,
+        "answered POSTs reached the upstream"
+    );
+
+    // An upstream that keeps its connections open gets them reused.
+    let before = rig.rogue.connections();
+    for i in 0..n {
+        let path = format!("/kept/{i}");
+        let r = c.get(&path).expect("GET");
+        assert_eq!((r.status, r.text()), (200, path));
+    }
+    assert!(
+        rig.rogue.connections() - before <= 1,
+        "keep-alive upstream connections reused: {} new for {n} requests",
+        rig.rogue.connections() - before
     );
 }
 

@@ -6,6 +6,7 @@
 //! 408 or 400 instead of a generic 502 that would blame (and eject) a healthy upstream. Response bodies carry a guard that runs when the response ends,
 //! finished or aborted: it closes the in-flight count of the connection and writes the access log.
 
+use crate::proxy::upstream::Lease;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -182,7 +183,8 @@ pub trait OnEnd: Send + Sync + 'static {
 
 enum Inner {
     Full(Option<Bytes>),
-    Upstream(Incoming),
+    /// With the upstream connection it comes from, given back to its pool at the end.
+    Upstream(Incoming, Option<Lease>),
 }
 
 /// What goes to the client.
@@ -207,9 +209,9 @@ impl ResponseBody {
         }
     }
 
-    pub fn upstream(b: Incoming) -> Self {
+    pub fn upstream(b: Incoming, lease: Lease) -> Self {
         Self {
-            inner: Inner::Upstream(b),
+            inner: Inner::Upstream(b, Some(lease)),
             bytes: 0,
             done: false,
             on_end: None,
@@ -228,6 +230,13 @@ impl ResponseBody {
 
     fn finish(&mut self, complete: bool) {
         self.done = true;
+        if let Inner::Upstream(_, lease) = &mut self.inner {
+            // Read to its end: the connection can carry another request. Otherwise dropping
+            // the lease closes it.
+            if let Some(lease) = lease.take().filter(|_| complete) {
+                lease.release();
+            }
+        }
         if let Some(mut f) = self.on_end.take() {
             f.on_end(self.bytes, complete);
         }
@@ -252,7 +261,7 @@ impl Body for ResponseBody {
         let this = self.get_mut();
         let polled = match &mut this.inner {
             Inner::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Inner::Upstream(body) => Pin::new(body)
+            Inner::Upstream(body, _) => Pin::new(body)
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
         };
@@ -272,14 +281,14 @@ impl Body for ResponseBody {
     fn is_end_stream(&self) -> bool {
         match &self.inner {
             Inner::Full(b) => b.is_none(),
-            Inner::Upstream(b) => b.is_end_stream(),
+            Inner::Upstream(b, _) => b.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
             Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Inner::Upstream(b) => b.size_hint(),
+            Inner::Upstream(b, _) => b.size_hint(),
         }
     }
 }

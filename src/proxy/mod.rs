@@ -273,7 +273,9 @@ impl Proxy {
                         before_send || replayable_method,
                     )
                 }
-                Ok(Ok(resp)) if headers::head_len(resp.headers()) > self.limits.header_bytes => {
+                Ok(Ok((resp, _)))
+                    if headers::head_len(resp.headers()) > self.limits.header_bytes =>
+                {
                     // hyper's read buffer bound lets a head that arrives in one read through;
                     // hold the upstream to the same header_bytes as clients.
                     member.health.record_passive_failure(Instant::now());
@@ -285,7 +287,7 @@ impl Proxy {
                         replayable_method,
                     )
                 }
-                Ok(Ok(resp)) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
+                Ok(Ok((resp, _))) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
                     // We never ask for an upgrade (Upgrade is stripped), so a 101 is a broken
                     // upstream; relaying it would hand the client a raw tunnel.
                     (
@@ -293,7 +295,7 @@ impl Proxy {
                         false,
                     )
                 }
-                Ok(Ok(resp)) => {
+                Ok(Ok((resp, lease))) => {
                     let status = resp.status().as_u16();
                     let gateway_error = matches!(status, 502..=504);
                     if gateway_error {
@@ -308,7 +310,7 @@ impl Proxy {
                         headers::rewrite_response(resp.headers_mut(), version);
                         let (p, b) = resp.into_parts();
                         return Ok((
-                            Response::from_parts(p, ResponseBody::upstream(b)),
+                            Response::from_parts(p, ResponseBody::upstream(b, lease)),
                             endpoint.label().clone(),
                         ));
                     }
@@ -335,7 +337,7 @@ impl Proxy {
         }
     }
 
-    fn count_peer_tls_failure(&self, e: &hyper_util::client::legacy::Error) {
+    fn count_peer_tls_failure(&self, e: &upstream::SendError) {
         if let Some((reason, t)) = crate::tls::peer::failure_reason(e) {
             tracing::warn!(upstream = %self.upstream.name, reason, error = %t, "peer TLS failed");
             self.metrics

@@ -1,24 +1,35 @@
-//! Upstream endpoints: one pooled keep-alive HTTP/1.1 client per endpoint, over unix sockets,
-//! TCP, or TLS to peers.
+//! Upstream endpoints: one pool of keep-alive HTTP/1.1 connections per endpoint, over unix
+//! sockets, TCP, or TLS to peers.
 //!
-//! Each [`Endpoint`] owns its own hyper-util client, so the pool key is the endpoint itself and
-//! the URI authority only fills in `Host` when the client sent none. Connect errors are reported
-//! as such (`is_connect`), which is what makes a retry on another endpoint safe.
+//! The pool is ours, on hyper's connection-level client: an idle list per endpoint (the most
+//! recently used first, so few connections stay warm), a connection taken for one request and
+//! given back by the response body when it has been read to its end ([`Lease`]), idle ones
+//! dropped after [`IDLE_TIMEOUT`]. Nothing is spawned per request and no URI is rebuilt: the
+//! request goes out in origin form, with `Host` filled in from the endpoint when the client sent
+//! none. Connect errors are reported as such ([`SendError::is_connect`]), which is what makes a
+//! retry on another endpoint safe; a request that a pooled connection closed before sending is
+//! sent again on a fresh one.
 
 use crate::config::UpstreamAddr;
 use crate::proxy::body::RequestBody;
+use hyper::client::conn::http1;
 use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use std::future::Future;
+use hyper_util::rt::TokioIo;
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::{TcpStream, UnixStream};
+use tokio::time::Instant;
+
+/// How long an unused connection stays in the pool.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Idle connections kept per endpoint; more are closed when they come back.
+const MAX_IDLE: usize = 256;
 
 /// How long a TCP connect may take before the endpoint counts as refused.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -45,12 +56,6 @@ pin_project_lite::pin_project! {
         Unix { #[pin] io: TokioIo<UnixStream> },
         Tcp { #[pin] io: TokioIo<TcpStream> },
         Tls { #[pin] io: TokioIo<tokio_rustls::client::TlsStream<TcpStream>> },
-    }
-}
-
-impl Connection for Conn {
-    fn connected(&self) -> Connected {
-        Connected::new()
     }
 }
 
@@ -118,57 +123,107 @@ impl Write for Conn {
     }
 }
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+impl Connector {
+    async fn connect(&self) -> io::Result<Conn> {
+        match &*self.addr {
+            UpstreamAddr::Unix(path) => Ok(Conn::Unix {
+                io: TokioIo::new(UnixStream::connect(path).await?),
+            }),
+            UpstreamAddr::Tcp { host, port } => {
+                let s = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    TcpStream::connect((host.as_str(), *port)),
+                )
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+                let _ = s.set_nodelay(true);
+                let Some(tls) = &self.tls else {
+                    return Ok(Conn::Tcp {
+                        io: TokioIo::new(s),
+                    });
+                };
+                let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(s))
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                    })??;
+                Ok(Conn::Tls {
+                    io: TokioIo::new(stream),
+                })
+            }
+        }
+    }
+}
 
-impl tower_service::Service<http::Uri> for Connector {
-    type Response = Conn;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Conn, BoxError>> + Send>>;
+/// Why a request got no response from an endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// No connection could be made (refused, timed out, TLS failed): nothing was sent.
+    #[error("connect: {0}")]
+    Connect(#[source] io::Error),
+    /// The connection failed after the request was handed to it.
+    #[error("upstream connection: {0}")]
+    Http(#[source] hyper::Error),
+}
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
+impl SendError {
+    /// True when the request cannot have reached the upstream.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, Self::Connect(_))
+    }
+}
+
+/// The idle connections of one endpoint.
+struct Idle {
+    conns: Mutex<VecDeque<(http1::SendRequest<RequestBody>, Instant)>>,
+}
+
+impl Idle {
+    /// The most recently used connection that is ready for a request; closed and expired ones
+    /// are dropped on the way.
+    fn take(&self) -> Option<http1::SendRequest<RequestBody>> {
+        let mut conns = self.conns.lock().ok()?;
+        let now = Instant::now();
+        while let Some((tx, since)) = conns.pop_back() {
+            if tx.is_ready() && now.duration_since(since) < IDLE_TIMEOUT {
+                return Some(tx);
+            }
+            // Closed, expired, or (rarely) not yet ready after its last response: dropping
+            // the sender lets hyper close it.
+        }
+        None
     }
 
-    fn call(&mut self, _uri: http::Uri) -> Self::Future {
-        let addr = self.addr.clone();
-        let tls = self.tls.clone();
-        Box::pin(async move {
-            match &*addr {
-                UpstreamAddr::Unix(path) => {
-                    let s = UnixStream::connect(path).await?;
-                    Ok(Conn::Unix {
-                        io: TokioIo::new(s),
-                    })
-                }
-                UpstreamAddr::Tcp { host, port } => {
-                    let s = tokio::time::timeout(
-                        CONNECT_TIMEOUT,
-                        TcpStream::connect((host.as_str(), *port)),
-                    )
-                    .await
-                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-                    let _ = s.set_nodelay(true);
-                    match tls {
-                        None => Ok(Conn::Tcp {
-                            io: TokioIo::new(s),
-                        }),
-                        Some(tls) => {
-                            let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(s))
-                                .await
-                                .map_err(|_| {
-                                    io::Error::new(
-                                        io::ErrorKind::TimedOut,
-                                        "TLS handshake timed out",
-                                    )
-                                })??;
-                            Ok(Conn::Tls {
-                                io: TokioIo::new(stream),
-                            })
-                        }
-                    }
-                }
-            }
-        })
+    fn put(&self, tx: http1::SendRequest<RequestBody>) {
+        if tx.is_closed() {
+            return;
+        }
+        let Ok(mut conns) = self.conns.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        while conns
+            .front()
+            .is_some_and(|(_, since)| now.duration_since(*since) >= IDLE_TIMEOUT)
+        {
+            conns.pop_front();
+        }
+        if conns.len() < MAX_IDLE {
+            conns.push_back((tx, now));
+        }
+    }
+}
+
+/// A pooled connection lent to one request: its response body hands it back
+/// ([`Lease::release`]) once read to the end; dropped otherwise, which closes it.
+pub struct Lease {
+    tx: http1::SendRequest<RequestBody>,
+    idle: Arc<Idle>,
+}
+
+impl Lease {
+    pub fn release(self) {
+        self.idle.put(self.tx);
     }
 }
 
@@ -179,11 +234,13 @@ pub struct Endpoint {
     pub name: String,
     /// `name`, shared with every request's access log record without a copy.
     label: Arc<str>,
-    client: Client<Connector, RequestBody>,
+    connector: Connector,
+    idle: Arc<Idle>,
+    /// The largest response head accepted (hyper's read buffer bound).
+    max_buf: usize,
     in_flight: AtomicUsize,
-    /// `http://<authority>` used to build request URIs for this endpoint.
-    base: String,
-    authority: http::uri::Authority,
+    /// `Host` for requests that came without one, and for health checks.
+    authority: http::HeaderValue,
 }
 
 impl Endpoint {
@@ -192,30 +249,23 @@ impl Endpoint {
         tls: Option<crate::tls::peer::PeerTls>,
         max_response_head: usize,
     ) -> Self {
-        let base = match &addr {
-            UpstreamAddr::Unix(_) => "http://localhost".to_owned(),
-            tcp => format!("http://{tcp}"),
+        let authority = match &addr {
+            UpstreamAddr::Unix(_) => "localhost".to_owned(),
+            tcp => tcp.to_string(),
         };
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(256)
-            .http1_max_buf_size(max_response_head.max(8192))
-            .set_host(false)
-            .build(Connector::new(addr.clone(), tls));
         let name = addr.to_string();
         Self {
             label: name.as_str().into(),
             name,
+            connector: Connector::new(addr.clone(), tls),
             addr,
-            client,
+            idle: Arc::new(Idle {
+                conns: Mutex::new(VecDeque::new()),
+            }),
+            max_buf: max_response_head.max(8192),
             in_flight: AtomicUsize::new(0),
-            authority: base
-                .trim_start_matches("http://")
-                .parse()
-                .unwrap_or_else(|_| http::uri::Authority::from_static("localhost")),
-            base,
+            authority: http::HeaderValue::from_str(&authority)
+                .unwrap_or_else(|_| http::HeaderValue::from_static("localhost")),
         }
     }
 
@@ -227,33 +277,73 @@ impl Endpoint {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Sends one request; `path_and_query` is appended to the endpoint's base URI.
+    /// Sends one request in origin form on a pooled or new connection. The [`Lease`] goes with
+    /// the response body and gives the connection back when that body has been read.
     pub async fn send(
         &self,
         mut req: http::Request<RequestBody>,
-    ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
-        let mut uri = http::uri::Parts::default();
-        uri.scheme = Some(http::uri::Scheme::HTTP);
-        uri.authority = Some(self.authority.clone());
-        uri.path_and_query = Some(
-            req.uri()
+    ) -> Result<(http::Response<hyper::body::Incoming>, Lease), SendError> {
+        if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+            let pq = req
+                .uri()
                 .path_and_query()
                 .cloned()
-                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
-        );
-        if let Ok(uri) = http::Uri::from_parts(uri) {
-            *req.uri_mut() = uri;
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+            *req.uri_mut() = http::Uri::from(pq);
         }
         // We speak HTTP/1.1 upstream, which requires Host (RFC 9112 §3.2); an HTTP/1.0 client
         // may have sent none: name the endpoint.
         if !req.headers().contains_key(http::header::HOST) {
-            if let Ok(v) = http::HeaderValue::from_str(self.authority.as_str()) {
-                req.headers_mut().insert(http::header::HOST, v);
-            }
+            req.headers_mut()
+                .insert(http::header::HOST, self.authority.clone());
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _guard = InFlight(&self.in_flight);
-        self.client.request(req).await
+        self.dispatch(req).await
+    }
+
+    /// `req` on a pooled connection, or on a new one when none is ready or the pooled one
+    /// closed before the request went out.
+    async fn dispatch(
+        &self,
+        mut req: http::Request<RequestBody>,
+    ) -> Result<(http::Response<hyper::body::Incoming>, Lease), SendError> {
+        if let Some(mut tx) = self.idle.take() {
+            match tx.try_send_request(req).await {
+                Ok(resp) => return Ok((resp, self.lease(tx))),
+                Err(mut e) => match e.take_message() {
+                    // The connection closed before the request went out: a fresh one.
+                    Some(again) => req = again,
+                    None => return Err(SendError::Http(e.into_error())),
+                },
+            }
+        }
+        let mut tx = self.connect().await?;
+        let resp = tx.send_request(req).await.map_err(SendError::Http)?;
+        Ok((resp, self.lease(tx)))
+    }
+
+    fn lease(&self, tx: http1::SendRequest<RequestBody>) -> Lease {
+        Lease {
+            tx,
+            idle: self.idle.clone(),
+        }
+    }
+
+    /// A new connection, its hyper task spawned.
+    async fn connect(&self) -> Result<http1::SendRequest<RequestBody>, SendError> {
+        let io = self.connector.connect().await.map_err(SendError::Connect)?;
+        let (tx, conn) = http1::Builder::new()
+            .max_buf_size(self.max_buf)
+            .handshake(io)
+            .await
+            .map_err(SendError::Http)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        Ok(tx)
     }
 }
 
@@ -266,9 +356,9 @@ impl Endpoint {
     /// ironic-proxy answers it the way it answers our requests: from its own Ironic only. Without
     /// it the peer would relay the probe to its own peers and pass it while its Ironic is down,
     /// and the requests we then send it (which do carry `Via`) would get 502.
-    pub async fn probe(&self, path: &str) -> Result<bool, hyper_util::client::legacy::Error> {
-        let Ok(req) = http::Request::get(format!("{}{path}", self.base))
-            .header(http::header::HOST, self.authority())
+    pub async fn probe(&self, path: &str) -> Result<bool, SendError> {
+        let Ok(req) = http::Request::get(path)
+            .header(http::header::HOST, self.authority.clone())
             .header(http::header::USER_AGENT, "ironic-proxy-health")
             .header(
                 http::header::VIA,
@@ -278,15 +368,16 @@ impl Endpoint {
         else {
             return Ok(false);
         };
-        let resp = self.client.request(req).await?;
+        let (resp, lease) = self.dispatch(req).await?;
         let ok = resp.status().is_success() || resp.status().is_redirection();
-        // Drain the body so the connection goes back to the pool.
-        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+        // Read the body so the connection can go back to the pool.
+        if http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .is_ok()
+        {
+            lease.release();
+        }
         Ok(ok)
-    }
-
-    fn authority(&self) -> String {
-        self.base.trim_start_matches("http://").to_owned()
     }
 }
 
