@@ -17,6 +17,7 @@
 //! that a later event creates lies at least `min(head_timeout, idle_timeout)` after it), and
 //! then compares [`ConnClock::deadline`] with the time.
 
+use super::guard::Guard;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -136,17 +137,23 @@ impl Drop for InFlight {
 }
 
 pin_project_lite::pin_project! {
-    /// An IO stream that tells the clock when bytes arrive.
+    /// A connection's stream as hyper sees it: tells the clock when bytes arrive and when
+    /// writes stall, and on HTTP/1.1 feeds every byte read to the framing guard too.
     pub(crate) struct Activity<S> {
         #[pin]
         inner: S,
         clock: Arc<ConnClock>,
+        framing: Option<Arc<Guard>>,
     }
 }
 
 impl<S> Activity<S> {
-    pub(crate) fn new(inner: S, clock: Arc<ConnClock>) -> Self {
-        Self { inner, clock }
+    pub(crate) fn new(inner: S, clock: Arc<ConnClock>, framing: Option<Arc<Guard>>) -> Self {
+        Self {
+            inner,
+            clock,
+            framing,
+        }
     }
 }
 
@@ -161,6 +168,9 @@ impl<S: AsyncRead> AsyncRead for Activity<S> {
         let r = this.inner.poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             this.clock.note_read();
+            if let Some(g) = this.framing {
+                g.feed(&buf.filled()[before..]);
+            }
         }
         r
     }

@@ -8,7 +8,8 @@
 //! - `Content-Length` repeated with one value: it keeps a single field (RFC 9110 §8.6 lets a
 //!   recipient fold them, or reject).
 //!
-//! [`Guarded`] passes every byte hyper reads through a [`Guard`] as well. The guard finds each
+//! The connection's stream (`conn::Activity`) passes every byte hyper reads through a [`Guard`]
+//! as well. The guard finds each
 //! request head with the parser hyper uses (httparse, same configuration and field limit), notes
 //! whether that head carried either ambiguity, and steps over its body exactly as hyper will
 //! (by `Content-Length`, or chunk by chunk as hyper's decoder does), so its notes stay in step
@@ -23,10 +24,7 @@
 use http::Method;
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Header fields per request head; the listener sets hyper's `max_headers` to the same.
 pub(crate) const MAX_HEADERS: usize = 1024;
@@ -295,67 +293,6 @@ fn step_chunked(state: &mut Chunk, size: &mut u64, buf: &[u8]) -> Option<(usize,
         };
     }
     Some((i, false))
-}
-
-pin_project_lite::pin_project! {
-    /// An IO stream whose reads are also fed to a [`Guard`].
-    pub(crate) struct Guarded<S> {
-        #[pin]
-        inner: S,
-        guard: Arc<Guard>,
-    }
-}
-
-impl<S> Guarded<S> {
-    pub(crate) fn new(inner: S, guard: Arc<Guard>) -> Self {
-        Self { inner, guard }
-    }
-}
-
-impl<S: AsyncRead> AsyncRead for Guarded<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.project();
-        let before = buf.filled().len();
-        let r = this.inner.poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) {
-            this.guard.feed(&buf.filled()[before..]);
-        }
-        r
-    }
-}
-
-impl<S: AsyncWrite> AsyncWrite for Guarded<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        self.project().inner.poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().inner.poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().inner.poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        self.project().inner.poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
 }
 
 #[cfg(test)]

@@ -202,7 +202,7 @@ impl Listener {
             return Self::serve(
                 self.proxy.clone(),
                 &self.limits,
-                Activity::new(io, clock.clone()),
+                io,
                 false,
                 info,
                 clock,
@@ -253,7 +253,7 @@ impl Listener {
         Self::serve(
             self.proxy.clone(),
             &self.limits,
-            Activity::new(stream, clock.clone()),
+            stream,
             h2,
             info,
             clock,
@@ -294,8 +294,8 @@ impl Listener {
             clock: clock.clone(),
             framing: framing.clone(),
         };
+        let io = TokioIo::new(Activity::new(io, clock.clone(), framing));
         if h2 {
-            let io = TokioIo::new(io);
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_header_list_size(u32::try_from(limits.header_bytes).unwrap_or(u32::MAX))
@@ -303,10 +303,6 @@ impl Listener {
                 .serve_connection(io, svc);
             drive(conn, clock, shutdown).await;
         } else {
-            let io = TokioIo::new(guard::Guarded::new(
-                io,
-                framing.expect("a framing guard for every HTTP/1 connection"),
-            ));
             // max_buf_size alone is not a limit on the head: a head that arrives in one large
             // read is parsed whole. max_header_size is exact (431 above it).
             let conn = http1::Builder::new()
@@ -352,7 +348,6 @@ where
     );
     // Kept alive until the connection ends: a dropped sender would read as a drain.
     let (_never, shutdown) = watch::channel(false);
-    let io = Activity::new(io, clock.clone());
     Listener::serve(proxy, limits, io, h2, info, clock, shutdown).await;
 }
 
