@@ -211,8 +211,11 @@ impl Listener {
             .await;
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.load());
-        let stream = match tokio::time::timeout_at(head_deadline, acceptor.accept(io)).await {
-            Ok(Ok(s)) => s,
+        // Boxed, like the connection below: the handshake's state lives only as long as the
+        // handshake, instead of setting the size of every connection's task.
+        let handshake = Box::pin(tokio::time::timeout_at(head_deadline, acceptor.accept(io)));
+        let serving = match handshake.await {
+            Ok(Ok(stream)) => self.secured(stream, peer, clock, shutdown),
             Ok(Err(e)) => return self.handshake_failed(peer, classify(&e), &e.to_string()),
             Err(_) => {
                 return self.handshake_failed(
@@ -222,6 +225,23 @@ impl Listener {
                 )
             }
         };
+        if let Some(serving) = serving {
+            serving.await;
+        }
+    }
+
+    /// The connection's future once its TLS handshake is done, `None` when the client's
+    /// certificate cannot be read. Not async, so the stream is not kept twice in the task.
+    fn secured<S>(
+        &self,
+        stream: tokio_rustls::server::TlsStream<S>,
+        peer: Option<SocketAddr>,
+        clock: Arc<ConnClock>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let (_, session) = stream.get_ref();
         let h2 = session.alpn_protocol() == Some(b"h2");
         let mut info = ConnInfo {
@@ -236,11 +256,8 @@ impl Listener {
                 .and_then(|c| c.first())
                 .and_then(|leaf| ClientIdentity::from_der(leaf));
             let Some(id) = id else {
-                return self.handshake_failed(
-                    peer,
-                    "bad_certificate",
-                    "client certificate unreadable",
-                );
+                self.handshake_failed(peer, "bad_certificate", "client certificate unreadable");
+                return None;
             };
             info.allowed = id.is_allowed(&self.cfg.allow);
             if !info.allowed {
@@ -250,7 +267,7 @@ impl Listener {
             info.xfcc = http::HeaderValue::from_str(&id.xfcc()).ok();
             info.identity = Some(Arc::new(id));
         }
-        Self::serve(
+        Some(Self::serve(
             self.proxy.clone(),
             &self.limits,
             stream,
@@ -258,8 +275,7 @@ impl Listener {
             info,
             clock,
             shutdown,
-        )
-        .await;
+        ))
     }
 
     fn handshake_failed(&self, peer: Option<SocketAddr>, reason: &'static str, detail: &str) {
@@ -274,8 +290,10 @@ impl Listener {
     }
 
     /// Serves a connection to its end. An associated function so that [`serve_stream`] can use
-    /// it without a bound socket.
-    async fn serve<S>(
+    /// it without a bound socket. Not an `async fn`: it returns the connection's future boxed,
+    /// built without keeping a second copy of the stream or the hyper connection (an async fn
+    /// keeps its arguments for its whole life), so an idle connection's task holds a pointer.
+    fn serve<S>(
         proxy: Arc<Proxy>,
         limits: &Limits,
         io: S,
@@ -283,7 +301,8 @@ impl Listener {
         info: ConnInfo,
         clock: Arc<ConnClock>,
         shutdown: watch::Receiver<bool>,
-    ) where
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>>
+    where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         // HTTP/1.1 only: HTTP/2 frames its messages itself.
@@ -301,7 +320,7 @@ impl Listener {
                 .max_header_list_size(u32::try_from(limits.header_bytes).unwrap_or(u32::MAX))
                 .max_concurrent_streams(256)
                 .serve_connection(io, svc);
-            drive(conn, clock, shutdown).await;
+            Box::pin(Drive::new(conn, clock, shutdown))
         } else {
             // max_buf_size alone is not a limit on the head: a head that arrives in one large
             // read is parsed whole. max_header_size is exact (431 above it).
@@ -313,7 +332,7 @@ impl Listener {
                 .max_headers(guard::MAX_HEADERS)
                 .keep_alive(true)
                 .serve_connection(io, svc);
-            drive(conn, clock, shutdown).await;
+            Box::pin(Drive::new(conn, clock, shutdown))
         }
     }
 }
@@ -433,29 +452,60 @@ where
     }
 }
 
-/// Runs a connection to completion, closing it at the clock's deadline or gracefully on drain.
-/// One timer per connection, re-armed only when it fires (see `conn` for why that is never late).
-async fn drive<C: Graceful>(conn: C, clock: Arc<ConnClock>, mut shutdown: watch::Receiver<bool>) {
-    let mut conn = std::pin::pin!(conn);
-    let check = tokio::time::sleep_until(clock.next_check(Instant::now()));
-    let mut check = std::pin::pin!(check);
-    let mut draining = false;
-    loop {
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            _ = shutdown.wait_for(|s| *s), if !draining => {
-                draining = true;
-                conn.as_mut().graceful();
-            }
-            () = check.as_mut() => {
-                let now = Instant::now();
-                if clock.deadline().is_some_and(|d| d <= now) {
-                    // Idle, a head too slow, or a client that stopped reading its response.
-                    return;
-                }
-                check.as_mut().reset(clock.next_check(now));
+pin_project_lite::pin_project! {
+    /// Runs a connection to completion, closing it at the clock's deadline or gracefully on
+    /// drain. One timer per connection, re-armed only when it fires (see `conn` for why that is
+    /// never late).
+    struct Drive<C> {
+        #[pin]
+        conn: C,
+        #[pin]
+        check: tokio::time::Sleep,
+        clock: Arc<ConnClock>,
+        // Resolves when the server starts draining; `None` once the connection was told.
+        drain: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    }
+}
+
+impl<C: Graceful> Drive<C> {
+    fn new(conn: C, clock: Arc<ConnClock>, mut shutdown: watch::Receiver<bool>) -> Self {
+        Self {
+            conn,
+            check: tokio::time::sleep_until(clock.next_check(Instant::now())),
+            clock,
+            drain: Some(Box::pin(async move {
+                // A dropped sender counts as a drain too.
+                let _ = shutdown.wait_for(|s| *s).await;
+            })),
+        }
+    }
+}
+
+impl<C: Graceful> Future for Drive<C> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        use std::task::Poll;
+        let mut this = self.project();
+        if let Some(drain) = this.drain {
+            if drain.as_mut().poll(cx).is_ready() {
+                *this.drain = None;
+                this.conn.as_mut().graceful();
             }
         }
+        if this.conn.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        while this.check.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            if this.clock.deadline().is_some_and(|d| d <= now) {
+                // Idle, a head too slow, or a client that stopped reading its response.
+                return Poll::Ready(());
+            }
+            let next = this.clock.next_check(now);
+            this.check.as_mut().reset(next);
+        }
+        Poll::Pending
     }
 }
 
