@@ -236,7 +236,10 @@ pub struct Endpoint {
     label: Arc<str>,
     connector: Connector,
     idle: Arc<Idle>,
-    /// The largest response head accepted (hyper's read buffer bound).
+    /// hyper's read buffer bound: a response head must fit in it, and body reads grow up to
+    /// it (from 8 KiB, doubling while reads fill the buffer). Twice `header_bytes` (128 KiB by
+    /// default), so a 64 KiB body plus its head is one read, not two; heads over `header_bytes`
+    /// are refused after parsing (`Proxy::send_with_retries`).
     max_buf: usize,
     in_flight: AtomicUsize,
     /// `Host` for requests that came without one, and for health checks.
@@ -262,7 +265,7 @@ impl Endpoint {
             idle: Arc::new(Idle {
                 conns: Mutex::new(VecDeque::new()),
             }),
-            max_buf: max_response_head.max(8192),
+            max_buf: max_response_head.max(8192) * 2,
             in_flight: AtomicUsize::new(0),
             authority: http::HeaderValue::from_str(&authority)
                 .unwrap_or_else(|_| http::HeaderValue::from_static("localhost")),
