@@ -369,18 +369,15 @@ fn connections_the_upstream_closed_are_never_reused_and_keep_alive_ones_are() {
             .filter(|h| h.target().starts_with(prefix))
             .collect()
     };
+    let mut post = |path: &str| {
+        c.request("POST", path, &[("Content-Type", "application/json")], b"{}")
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    };
 
     // Closed with notice (`Connection: close`): never reused, every POST answered, once each.
     for i in 0..n {
         let path = format!("/announce-close/{i}");
-        let r = c
-            .request(
-                "POST",
-                &path,
-                &[("Content-Type", "application/json")],
-                b"{}",
-            )
-            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let r = post(&path);
         assert_eq!((r.status, r.text()), (200, path.clone()), "POST {path}");
     }
     let announced = posts("/announce-close/");
@@ -398,14 +395,7 @@ fn connections_the_upstream_closed_are_never_reused_and_keep_alive_ones_are() {
     let mut failed = 0;
     for i in 0..n {
         let path = format!("/close-after/{i}");
-        let r = c
-            .request(
-                "POST",
-                &path,
-                &[("Content-Type", "application/json")],
-                b"{}",
-            )
-            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let r = post(&path);
         match r.status {
             200 => assert_eq!(r.text(), path),
             502 => failed += 1,
