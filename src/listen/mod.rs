@@ -8,6 +8,7 @@
 //! bounds that wait by `limits.drain_timeout`.
 
 mod conn;
+mod drive;
 mod guard;
 
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
@@ -15,6 +16,7 @@ use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
 use crate::proxy::{ConnInfo, Proxy};
 use crate::tls::{ClientIdentity, ReloadableServer};
 use conn::{Activity, ConnClock};
+use drive::Drive;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
@@ -416,97 +418,6 @@ type ServiceFuture = Pin<
 enum Stream {
     Tcp(tokio::net::TcpStream),
     Unix(tokio::net::UnixStream),
-}
-
-/// hyper connections that can finish gracefully.
-trait Graceful: Future {
-    fn graceful(self: Pin<&mut Self>);
-}
-
-impl<I, S> Graceful for http1::Connection<I, S>
-where
-    http1::Connection<I, S>: Future,
-    S: hyper::service::HttpService<
-        hyper::body::Incoming,
-        ResBody = crate::proxy::body::ResponseBody,
-    >,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-{
-    fn graceful(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-impl<I, S, E> Graceful for http2::Connection<I, S, E>
-where
-    http2::Connection<I, S, E>: Future,
-    S: hyper::service::HttpService<
-        hyper::body::Incoming,
-        ResBody = crate::proxy::body::ResponseBody,
-    >,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
-{
-    fn graceful(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// Runs a connection to completion, closing it at the clock's deadline or gracefully on
-    /// drain. One timer per connection, re-armed only when it fires (see `conn` for why that is
-    /// never late).
-    struct Drive<C> {
-        #[pin]
-        conn: C,
-        #[pin]
-        check: tokio::time::Sleep,
-        clock: Arc<ConnClock>,
-        // Resolves when the server starts draining; `None` once the connection was told.
-        drain: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    }
-}
-
-impl<C: Graceful> Drive<C> {
-    fn new(conn: C, clock: Arc<ConnClock>, mut shutdown: watch::Receiver<bool>) -> Self {
-        Self {
-            conn,
-            check: tokio::time::sleep_until(clock.next_check(Instant::now())),
-            clock,
-            drain: Some(Box::pin(async move {
-                // A dropped sender counts as a drain too.
-                let _ = shutdown.wait_for(|s| *s).await;
-            })),
-        }
-    }
-}
-
-impl<C: Graceful> Future for Drive<C> {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        use std::task::Poll;
-        let mut this = self.project();
-        if let Some(drain) = this.drain {
-            if drain.as_mut().poll(cx).is_ready() {
-                *this.drain = None;
-                this.conn.as_mut().graceful();
-            }
-        }
-        if this.conn.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        while this.check.as_mut().poll(cx).is_ready() {
-            let now = Instant::now();
-            if this.clock.deadline().is_some_and(|d| d <= now) {
-                // Idle, a head too slow, or a client that stopped reading its response.
-                return Poll::Ready(());
-            }
-            let next = this.clock.next_check(now);
-            this.check.as_mut().reset(next);
-        }
-        Poll::Pending
-    }
 }
 
 fn classify(e: &std::io::Error) -> &'static str {
