@@ -25,8 +25,10 @@ use std::time::Duration;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
 
-/// How long an unused connection stays in the pool.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an unused connection stays in the pool. Below the idle timeout of Ironic's own
+/// server (cheroot closes a connection idle for 10 s), so the proxy closes first and never
+/// sends a request into a connection the server is closing at that moment.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Idle connections kept per endpoint; more are closed when they come back.
 const MAX_IDLE: usize = 256;
@@ -389,5 +391,64 @@ struct InFlight<'a>(&'a AtomicUsize);
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection over an in-memory pipe whose far end stays open and silent.
+    async fn connection() -> (http1::SendRequest<RequestBody>, tokio::io::DuplexStream) {
+        let (near, far) = tokio::io::duplex(1024);
+        let (tx, conn) = http1::handshake(TokioIo::new(near))
+            .await
+            .expect("handshake over a pipe");
+        tokio::spawn(conn);
+        (tx, far)
+    }
+
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_connections_are_reused_most_recent_first_until_they_expire() {
+        let idle = Idle {
+            conns: Mutex::new(VecDeque::new()),
+        };
+        let (a, _far_a) = connection().await;
+        let (b, _far_b) = connection().await;
+        settle().await;
+        idle.put(a);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        idle.put(b);
+        let first = idle.take().expect("a ready connection");
+        idle.put(first);
+        tokio::time::advance(IDLE_TIMEOUT - Duration::from_millis(500)).await;
+        // The older one has expired by now, the one just given back has not.
+        assert!(
+            idle.take().is_some(),
+            "the most recently used is still fresh"
+        );
+        assert!(
+            idle.take().is_none(),
+            "the other one expired and was dropped"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_the_server_closed_is_never_handed_out() {
+        let idle = Idle {
+            conns: Mutex::new(VecDeque::new()),
+        };
+        let (a, far) = connection().await;
+        settle().await;
+        idle.put(a);
+        drop(far);
+        settle().await;
+        assert!(idle.take().is_none());
     }
 }
