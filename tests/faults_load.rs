@@ -20,7 +20,7 @@ mod support;
 
 use load::{tally, Dial, Load, Outcome, Spec};
 use node::Node;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -41,48 +41,6 @@ fn assert_clean(what: &str, outcomes: &[Outcome], at_least: usize) {
     let (n, failed) = report(what, outcomes);
     assert!(n >= at_least, "{what}: only {n} requests were sent");
     assert_eq!(failed, 0, "{what}: idempotent requests must not fail");
-}
-
-/// Issuer-mode config: a mutual listener to `sock`, optionally exporting to `export`.
-fn issuer_config(
-    ca: &(PathBuf, PathBuf),
-    validity: &str,
-    renew_before: &str,
-    export: Option<&Path>,
-    sock: &Path,
-) -> impl Fn(u16, SocketAddr) -> String {
-    let (ca_crt, ca_key) = (node::tp(&ca.0), node::tp(&ca.1));
-    let export = export.map_or(String::new(), |d| format!("export_dir = {}\n", node::tp(d)));
-    let (validity, renew_before, sock) = (
-        validity.to_owned(),
-        renew_before.to_owned(),
-        node::toml_str(&format!("unix:{}", sock.display())),
-    );
-    move |admin, listen| {
-        format!(
-            r#"[identity]
-trust = {ca_crt}
-issuer_cert = {ca_crt}
-issuer_key = {ca_key}
-dns_names = ["localhost"]
-ip_addresses = ["127.0.0.1"]
-validity = "{validity}"
-renew_before = "{renew_before}"
-{export}
-[admin]
-listen = "127.0.0.1:{admin}"
-
-[limits]
-drain_timeout = "2s"
-
-[[listeners]]
-name = "json-rpc"
-listen = "{listen}"
-tls = "mutual"
-upstream = {sock}
-"#
-        )
-    }
 }
 
 /// A mutual-TLS client config for an issuer-mode node: a client certificate from the same CA.
@@ -116,7 +74,7 @@ fn certificate_rotation_under_load() {
         dir.path(),
         "rotating",
         LOCALHOST,
-        issuer_config(&ca, "10s", "5s", None, &up.path),
+        node::issuer_config(&ca, "10s", "5s", None, Some("2s"), &up.path),
     );
     let dial = Dial::Tls(proxy.listen, mutual_client(dir.path(), &ca));
     let run = Duration::from_secs(22);
@@ -682,7 +640,7 @@ fn export_dir_on_a_full_then_read_only_filesystem_keeps_serving() {
         dir.path(),
         "exporting",
         LOCALHOST,
-        issuer_config(&ca, "6s", "3s", Some(&export), &up.path),
+        node::issuer_config(&ca, "6s", "3s", Some(&export), Some("2s"), &up.path),
     );
     let exported = std::fs::read_to_string(export.join("tls.crt")).expect("first export");
     let dial = Dial::Tls(proxy.listen, mutual_client(dir.path(), &ca));

@@ -421,6 +421,54 @@ pub fn tls_conn(
 }
 
 // ------------------------------------------------------------------------------------------------
+// Issuer-mode configs.
+
+/// Issuer-mode config: the node issues its own certificate from `ca` (for `localhost` and
+/// 127.0.0.1), optionally exports it to `export`, and has one mutual listener, `json-rpc`, in
+/// front of the unix socket `sock`. `drain_timeout`, if given, is the only `[limits]` key.
+pub fn issuer_config(
+    ca: &(PathBuf, PathBuf),
+    validity: &str,
+    renew_before: &str,
+    export: Option<&Path>,
+    drain_timeout: Option<&str>,
+    sock: &Path,
+) -> impl Fn(u16, SocketAddr) -> String {
+    let (ca_crt, ca_key) = (tp(&ca.0), tp(&ca.1));
+    let export = export.map_or(String::new(), |d| format!("export_dir = {}\n", tp(d)));
+    let limits = drain_timeout.map_or(String::new(), |d| {
+        format!("[limits]\ndrain_timeout = \"{d}\"\n\n")
+    });
+    let (validity, renew_before, sock) = (
+        validity.to_owned(),
+        renew_before.to_owned(),
+        toml_str(&format!("unix:{}", sock.display())),
+    );
+    move |admin, listen| {
+        format!(
+            r#"[identity]
+trust = {ca_crt}
+issuer_cert = {ca_crt}
+issuer_key = {ca_key}
+dns_names = ["localhost"]
+ip_addresses = ["127.0.0.1"]
+validity = "{validity}"
+renew_before = "{renew_before}"
+{export}
+[admin]
+listen = "127.0.0.1:{admin}"
+
+{limits}[[listeners]]
+name = "json-rpc"
+listen = "{listen}"
+tls = "mutual"
+upstream = {sock}
+"#
+        )
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
 // Load balancer configs.
 
 /// A proxy with one listener named `api` whose upstream has peers found through DNS.
