@@ -18,9 +18,10 @@ mod load;
 mod node;
 mod support;
 
+use backend::{bind_same_port, ip, Backend};
 use load::{tally, Dial, Load, Outcome, Spec};
 use node::Node;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -29,6 +30,26 @@ use support::upstream::{default_reply, Recorded, Reply};
 use support::{poll_until, Sandbox, Tls, Upstream};
 
 const LOCALHOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+/// Starts `spec` from `workers` workers for at most `max`.
+fn start(dial: &Dial, workers: usize, max: Duration, spec: Spec) -> Load {
+    Load::start(
+        dial,
+        &Spec {
+            workers,
+            max_time: max,
+            ..spec
+        },
+    )
+}
+
+/// GETs on a new connection each, so every request sees the certificate served at that moment.
+fn fresh_get(path: &str) -> Spec {
+    Spec {
+        fresh: true,
+        ..Spec::get(path)
+    }
+}
 
 /// Prints and returns (requests, failures) for one load.
 fn report(what: &str, outcomes: &[Outcome]) -> (usize, usize) {
@@ -41,48 +62,6 @@ fn assert_clean(what: &str, outcomes: &[Outcome], at_least: usize) {
     let (n, failed) = report(what, outcomes);
     assert!(n >= at_least, "{what}: only {n} requests were sent");
     assert_eq!(failed, 0, "{what}: idempotent requests must not fail");
-}
-
-/// Issuer-mode config: a mutual listener to `sock`, optionally exporting to `export`.
-fn issuer_config(
-    ca: &(PathBuf, PathBuf),
-    validity: &str,
-    renew_before: &str,
-    export: Option<&Path>,
-    sock: &Path,
-) -> impl Fn(u16, SocketAddr) -> String {
-    let (ca_crt, ca_key) = (node::tp(&ca.0), node::tp(&ca.1));
-    let export = export.map_or(String::new(), |d| format!("export_dir = {}\n", node::tp(d)));
-    let (validity, renew_before, sock) = (
-        validity.to_owned(),
-        renew_before.to_owned(),
-        node::toml_str(&format!("unix:{}", sock.display())),
-    );
-    move |admin, listen| {
-        format!(
-            r#"[identity]
-trust = {ca_crt}
-issuer_cert = {ca_crt}
-issuer_key = {ca_key}
-dns_names = ["localhost"]
-ip_addresses = ["127.0.0.1"]
-validity = "{validity}"
-renew_before = "{renew_before}"
-{export}
-[admin]
-listen = "127.0.0.1:{admin}"
-
-[limits]
-drain_timeout = "2s"
-
-[[listeners]]
-name = "json-rpc"
-listen = "{listen}"
-tls = "mutual"
-upstream = {sock}
-"#
-        )
-    }
 }
 
 /// A mutual-TLS client config for an issuer-mode node: a client certificate from the same CA.
@@ -116,35 +95,13 @@ fn certificate_rotation_under_load() {
         dir.path(),
         "rotating",
         LOCALHOST,
-        issuer_config(&ca, "10s", "5s", None, &up.path),
+        node::issuer_config(&ca, "10s", "5s", None, Some("2s"), &up.path),
     );
     let dial = Dial::Tls(proxy.listen, mutual_client(dir.path(), &ca));
     let run = Duration::from_secs(22);
-    let keep = Load::start(
-        &dial,
-        &Spec {
-            workers: 2,
-            max_time: run,
-            ..Spec::get("/keep")
-        },
-    );
-    let fresh = Load::start(
-        &dial,
-        &Spec {
-            workers: 1,
-            fresh: true,
-            max_time: run,
-            ..Spec::get("/fresh")
-        },
-    );
-    let posts = Load::start(
-        &dial,
-        &Spec {
-            workers: 1,
-            max_time: run,
-            ..Spec::post("/post")
-        },
-    );
+    let keep = start(&dial, 2, run, Spec::get("/keep"));
+    let fresh = start(&dial, 1, run, fresh_get("/fresh"));
+    let posts = start(&dial, 1, run, Spec::post("/post"));
     std::thread::sleep(run + Duration::from_millis(500));
     let (keep, fresh, posts) = (keep.finish(), fresh.finish(), posts.finish());
     let seen = serials(&fresh);
@@ -194,31 +151,9 @@ fn sighup_reloads_under_load_including_a_broken_certificate() {
     let api = Dial::Tls(proxy.addr("api"), server_cfg);
     let rpc = Dial::Tls(proxy.addr("rpc"), mutual_cfg);
     let max = Duration::from_secs(40);
-    let fresh = Load::start(
-        &api,
-        &Spec {
-            workers: 1,
-            fresh: true,
-            max_time: max,
-            ..Spec::get("/fresh")
-        },
-    );
-    let keep = Load::start(
-        &rpc,
-        &Spec {
-            workers: 2,
-            max_time: max,
-            ..Spec::get("/keep")
-        },
-    );
-    let posts = Load::start(
-        &api,
-        &Spec {
-            workers: 1,
-            max_time: max,
-            ..Spec::post("/post")
-        },
-    );
+    let fresh = start(&api, 1, max, fresh_get("/fresh"));
+    let keep = start(&rpc, 2, max, Spec::get("/keep"));
+    let posts = start(&api, 1, max, Spec::post("/post"));
 
     let hups = 8;
     for _ in 0..hups {
@@ -326,14 +261,7 @@ fn sigterm_drains_in_flight_requests_then_refuses() {
     };
     let slow = staggered(slow_spec, 4);
     let posts = staggered(post_spec, 2);
-    let fast = Load::start(
-        &api,
-        &Spec {
-            workers: 2,
-            max_time: max,
-            ..Spec::get("/fast")
-        },
-    );
+    let fast = start(&api, 2, max, Spec::get("/fast"));
     std::thread::sleep(Duration::from_secs(2));
     let signalled = Instant::now();
     proxy.signal("TERM");
@@ -423,51 +351,48 @@ fn local_ironic(path: &Path) -> Upstream {
     )
 }
 
-#[test]
-fn a_restarting_local_ironic_falls_back_to_dns_peers() {
-    use backend::{bind_same_port, ip, Backend};
-    let dir = tempfile::tempdir().expect("temp dir");
-    let sock = dir.path().join("api.sock");
-    let mut local = Some(local_ironic(&sock));
-    let listeners = bind_same_port(&[ip(51, 1), ip(51, 2)]);
+/// `n` plain backends named `<prefix>1`.. on `127.0.<net>.1`.. and one port, each an address of
+/// `host` in a new dnsmasq (TTL 1 s): the peers, the DNS server and the port.
+fn dns_peers(net: u8, n: u8, prefix: &str, host: &str) -> (Vec<Backend>, dnsmasq::Dnsmasq, u16) {
+    let ips: Vec<IpAddr> = (1..=n).map(|h| ip(net, h)).collect();
+    let listeners = bind_same_port(&ips);
     let port = listeners[0].local_addr().expect("address").port();
-    let peers: Vec<Backend> = listeners
+    let peers = listeners
         .into_iter()
         .enumerate()
-        .map(|(i, l)| Backend::start(&format!("peer{}", i + 1), l))
+        .map(|(i, l)| Backend::start(&format!("{prefix}{}", i + 1), l))
         .collect();
     let mut dns = dnsmasq::Dnsmasq::start("metal3.svc", 1);
-    dns.set_hosts(&[
-        ("127.0.51.1", "ironic.metal3.svc"),
-        ("127.0.51.2", "ironic.metal3.svc"),
-    ]);
-    let mut lb = node::Lb::new(dns.addr(), &format!("ironic.metal3.svc:{port}"));
-    lb.local = Some(format!("unix:{}", sock.display()));
-    let proxy = Node::start(dir.path(), "sidecar", LOCALHOST, lb.render());
+    let addrs: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+    let records: Vec<(&str, &str)> = addrs.iter().map(|a| (a.as_str(), host)).collect();
+    dns.set_hosts(&records);
+    (peers, dns, port)
+}
+
+/// Waits until the proxy's `api` upstream counts `n` healthy endpoints.
+fn wait_healthy(proxy: &Node, n: f64) {
     proxy.wait_metric(
         "ironic_proxy_upstream_endpoints",
         &[("upstream", "api"), ("state", "healthy")],
         Duration::from_secs(15),
-        |v| v == 3.0,
+        |v| v == n,
     );
+}
+
+#[test]
+fn a_restarting_local_ironic_falls_back_to_dns_peers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sock = dir.path().join("api.sock");
+    let mut local = Some(local_ironic(&sock));
+    let (peers, dns, port) = dns_peers(51, 2, "peer", "ironic.metal3.svc");
+    let mut lb = node::Lb::new(dns.addr(), &format!("ironic.metal3.svc:{port}"));
+    lb.local = Some(format!("unix:{}", sock.display()));
+    let proxy = Node::start(dir.path(), "sidecar", LOCALHOST, lb.render());
+    wait_healthy(&proxy, 3.0);
     let dial = Dial::Plain(proxy.listen);
     let max = Duration::from_secs(30);
-    let gets = Load::start(
-        &dial,
-        &Spec {
-            workers: 3,
-            max_time: max,
-            ..Spec::get("/get")
-        },
-    );
-    let posts = Load::start(
-        &dial,
-        &Spec {
-            workers: 1,
-            max_time: max,
-            ..Spec::post("/post")
-        },
-    );
+    let gets = start(&dial, 3, max, Spec::get("/get"));
+    let posts = start(&dial, 1, max, Spec::post("/post"));
     let restarts = 3;
     for _ in 0..restarts {
         std::thread::sleep(Duration::from_secs(2));
@@ -496,47 +421,15 @@ fn a_restarting_local_ironic_falls_back_to_dns_peers() {
 
 #[test]
 fn a_restarting_peer_is_retried_around() {
-    use backend::{bind_same_port, ip, Backend};
-    let listeners = bind_same_port(&[ip(52, 1), ip(52, 2), ip(52, 3)]);
-    let port = listeners[0].local_addr().expect("address").port();
-    let mut peers: Vec<Backend> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(i, l)| Backend::start(&format!("b{}", i + 1), l))
-        .collect();
-    let mut dns = dnsmasq::Dnsmasq::start("metal3.svc", 1);
-    dns.set_hosts(&[
-        ("127.0.52.1", "api.metal3.svc"),
-        ("127.0.52.2", "api.metal3.svc"),
-        ("127.0.52.3", "api.metal3.svc"),
-    ]);
+    let (mut peers, dns, port) = dns_peers(52, 3, "b", "api.metal3.svc");
     let dir = tempfile::tempdir().expect("temp dir");
     let lb = node::Lb::new(dns.addr(), &format!("api.metal3.svc:{port}"));
     let proxy = Node::start(dir.path(), "lb", LOCALHOST, lb.render());
-    proxy.wait_metric(
-        "ironic_proxy_upstream_endpoints",
-        &[("upstream", "api"), ("state", "healthy")],
-        Duration::from_secs(15),
-        |v| v == 3.0,
-    );
+    wait_healthy(&proxy, 3.0);
     let dial = Dial::Plain(proxy.listen);
     let max = Duration::from_secs(30);
-    let gets = Load::start(
-        &dial,
-        &Spec {
-            workers: 3,
-            max_time: max,
-            ..Spec::get("/get")
-        },
-    );
-    let posts = Load::start(
-        &dial,
-        &Spec {
-            workers: 1,
-            max_time: max,
-            ..Spec::post("/post")
-        },
-    );
+    let gets = start(&dial, 3, max, Spec::get("/get"));
+    let posts = start(&dial, 1, max, Spec::post("/post"));
     for peer in peers.iter_mut().take(2) {
         std::thread::sleep(Duration::from_secs(2));
         peer.stop();
@@ -557,46 +450,15 @@ fn a_restarting_peer_is_retried_around() {
 
 #[test]
 fn a_dns_outage_leaves_traffic_on_the_last_known_peers() {
-    use backend::{bind_same_port, ip, Backend};
-    let listeners = bind_same_port(&[ip(53, 1), ip(53, 2)]);
-    let port = listeners[0].local_addr().expect("address").port();
-    let peers: Vec<Backend> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(i, l)| Backend::start(&format!("b{}", i + 1), l))
-        .collect();
-    let mut dns = dnsmasq::Dnsmasq::start("metal3.svc", 1);
-    dns.set_hosts(&[
-        ("127.0.53.1", "api.metal3.svc"),
-        ("127.0.53.2", "api.metal3.svc"),
-    ]);
+    let (peers, mut dns, port) = dns_peers(53, 2, "b", "api.metal3.svc");
     let dir = tempfile::tempdir().expect("temp dir");
     let lb = node::Lb::new(dns.addr(), &format!("api.metal3.svc:{port}"));
     let proxy = Node::start(dir.path(), "lb", LOCALHOST, lb.render());
-    proxy.wait_metric(
-        "ironic_proxy_upstream_endpoints",
-        &[("upstream", "api"), ("state", "healthy")],
-        Duration::from_secs(15),
-        |v| v == 2.0,
-    );
+    wait_healthy(&proxy, 2.0);
     let dial = Dial::Plain(proxy.listen);
     let max = Duration::from_secs(40);
-    let gets = Load::start(
-        &dial,
-        &Spec {
-            workers: 2,
-            max_time: max,
-            ..Spec::get("/get")
-        },
-    );
-    let posts = Load::start(
-        &dial,
-        &Spec {
-            workers: 1,
-            max_time: max,
-            ..Spec::post("/post")
-        },
-    );
+    let gets = start(&dial, 2, max, Spec::get("/get"));
+    let posts = start(&dial, 1, max, Spec::post("/post"));
     std::thread::sleep(Duration::from_secs(2));
     let failures_before = proxy.metric("ironic_proxy_dns_failures_total", &[("upstream", "api")]);
     dns.stop();
@@ -682,36 +544,14 @@ fn export_dir_on_a_full_then_read_only_filesystem_keeps_serving() {
         dir.path(),
         "exporting",
         LOCALHOST,
-        issuer_config(&ca, "6s", "3s", Some(&export), &up.path),
+        node::issuer_config(&ca, "6s", "3s", Some(&export), Some("2s"), &up.path),
     );
     let exported = std::fs::read_to_string(export.join("tls.crt")).expect("first export");
     let dial = Dial::Tls(proxy.listen, mutual_client(dir.path(), &ca));
     let max = Duration::from_secs(40);
-    let gets = Load::start(
-        &dial,
-        &Spec {
-            workers: 2,
-            max_time: max,
-            ..Spec::get("/get")
-        },
-    );
-    let fresh = Load::start(
-        &dial,
-        &Spec {
-            workers: 1,
-            fresh: true,
-            max_time: max,
-            ..Spec::get("/fresh")
-        },
-    );
-    let posts = Load::start(
-        &dial,
-        &Spec {
-            workers: 1,
-            max_time: max,
-            ..Spec::post("/post")
-        },
-    );
+    let gets = start(&dial, 2, max, Spec::get("/get"));
+    let fresh = start(&dial, 1, max, fresh_get("/fresh"));
+    let posts = start(&dial, 1, max, Spec::post("/post"));
     let export_failures =
         || proxy.metric("ironic_proxy_reload_failures_total", &[("what", "export")]);
     // Full: the next renewal's export fails (ENOSPC), the renewal itself goes on.

@@ -30,44 +30,13 @@ struct Sidecar<'a> {
 
 impl Sidecar<'_> {
     fn render(&self) -> impl Fn(u16, SocketAddr) -> String {
-        let list = |v: &[&str]| {
-            v.iter()
-                .map(|s| node::toml_str(s))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let (ca_crt, ca_key) = (node::tp(&self.ca.0), node::tp(&self.ca.1));
-        let (dns, ips, allow) = (list(self.dns), list(self.ips), list(self.allow));
-        let (validity, export, mode) = (
-            self.validity.to_owned(),
+        let mut identity = node::issuer_identity(self.ca, self.dns, self.ips, self.validity);
+        identity.push_str(&format!(
+            "export_dir = {}\nexport_mode = \"{}\"\n",
             node::tp(self.export),
-            self.export_mode.to_owned(),
-        );
-        let upstream = node::toml_str(&format!("unix:{}", self.sock.display()));
-        move |admin, listen| {
-            format!(
-                r#"[identity]
-trust = {ca_crt}
-issuer_cert = {ca_crt}
-issuer_key = {ca_key}
-dns_names = [{dns}]
-ip_addresses = [{ips}]
-validity = "{validity}"
-export_dir = {export}
-export_mode = "{mode}"
-
-[admin]
-listen = "127.0.0.1:{admin}"
-
-[[listeners]]
-name = "json-rpc"
-listen = "{listen}"
-tls = "mutual"
-allow = [{allow}]
-upstream = {upstream}
-"#
-            )
-        }
+            self.export_mode
+        ));
+        node::issuer_node(identity, Some(self.allow), self.sock, String::new())
     }
 }
 

@@ -11,8 +11,8 @@ mod support;
 
 use node::{Node, Pem};
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use support::Upstream;
 
@@ -20,45 +20,6 @@ const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// The rotation run, as long as the issue asks (nextest runs it beside the other tests).
 const RUN: Duration = Duration::from_secs(60);
-
-/// Issuer-mode config with a mutual listener in front of `sock`.
-fn issuer_config(
-    ca: &(PathBuf, PathBuf),
-    validity: &str,
-    renew_before: &str,
-    export: Option<&Path>,
-    sock: &Path,
-) -> impl Fn(u16, SocketAddr) -> String {
-    let (ca_crt, ca_key) = (node::tp(&ca.0), node::tp(&ca.1));
-    let export = export.map_or(String::new(), |d| format!("export_dir = {}\n", node::tp(d)));
-    let (validity, renew_before, sock) = (
-        validity.to_owned(),
-        renew_before.to_owned(),
-        node::toml_str(&format!("unix:{}", sock.display())),
-    );
-    move |admin, listen| {
-        format!(
-            r#"[identity]
-trust = {ca_crt}
-issuer_cert = {ca_crt}
-issuer_key = {ca_key}
-dns_names = ["localhost"]
-ip_addresses = ["127.0.0.1"]
-validity = "{validity}"
-renew_before = "{renew_before}"
-{export}
-[admin]
-listen = "127.0.0.1:{admin}"
-
-[[listeners]]
-name = "json-rpc"
-listen = "{listen}"
-tls = "mutual"
-upstream = {sock}
-"#
-        )
-    }
-}
 
 struct Tally {
     ok: u64,
@@ -82,7 +43,7 @@ fn rotation_under_load_drops_nothing_and_new_connections_see_new_serials() {
         dir.path(),
         "rotating",
         LOCALHOST,
-        issuer_config(&ca, "10s", "5s", None, &up.path),
+        node::issuer_config(&ca, "10s", "5s", None, None, &up.path),
     );
     let cfg = node::client_config(&ca_pem, Some((&client.cert, &client.key)));
     let addr = proxy.listen;
@@ -229,7 +190,7 @@ fn export_dir_reader_never_sees_a_certificate_with_another_key() {
         dir.path(),
         "exporting",
         LOCALHOST,
-        issuer_config(&ca, "3s", "1500ms", Some(&export), &up.path),
+        node::issuer_config(&ca, "3s", "1500ms", Some(&export), None, &up.path),
     );
 
     const READ: Duration = Duration::from_secs(8);

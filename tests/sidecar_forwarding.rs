@@ -10,7 +10,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 use support::{
-    curl, json_object, python, status_lines, tls_client_config, HttpConn, Sandbox, Tls, Upstream,
+    curl, json_object, python, status_lines, tls_client_config, HttpConn, Proxy, Sandbox, Tls,
+    Upstream,
 };
 
 /// Parses curl output written with `-w '\n%{http_code} %{num_connects} %{http_version}\n'`
@@ -49,10 +50,7 @@ fn access_clients(lines: &[String]) -> Vec<String> {
 fn curl_through_a_server_listener_reuses_both_connections() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy()
-        .listener("api", Tls::Server, &up.address())
-        .start();
+    let proxy = sb.proxy_to(&up, &[("api", Tls::Server)]).start();
     let ca = sb.path("ca.crt");
     let ca = ca.to_str().unwrap();
 
@@ -148,9 +146,11 @@ fn curl_with_a_client_certificate_through_a_mutual_listener() {
         .start();
     let client = sb.ca.client_leaf(&["conductor-1.ironic.test"]);
     let (crt, key) = sb.client_files(&client, "client");
-    let out = curl(&[
+    // curl's `--next` resets the options, so each URL repeats them.
+    let ca = sb.path("ca.crt");
+    let opts = [
         "--cacert",
-        sb.path("ca.crt").to_str().unwrap(),
+        ca.to_str().unwrap(),
         "--cert",
         crt.to_str().unwrap(),
         "--key",
@@ -158,23 +158,24 @@ fn curl_with_a_client_certificate_through_a_mutual_listener() {
         "--http1.1",
         "-w",
         CURL_W,
-        "-H",
-        "Content-Type: application/json",
-        "--data-binary",
-        r#"{"method":"ping"}"#,
-        &proxy.url("json-rpc", "/"),
-        "--next",
-        "--cacert",
-        sb.path("ca.crt").to_str().unwrap(),
-        "--cert",
-        crt.to_str().unwrap(),
-        "--key",
-        key.to_str().unwrap(),
-        "--http1.1",
-        "-w",
-        CURL_W,
-        &proxy.url("json-rpc", "/health"),
-    ]);
+    ];
+    let (ping, health) = (proxy.url("json-rpc", "/"), proxy.url("json-rpc", "/health"));
+    let out = curl(
+        &[
+            &opts[..],
+            &[
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                r#"{"method":"ping"}"#,
+                &ping,
+                "--next",
+            ],
+            &opts[..],
+            &[&health],
+        ]
+        .concat(),
+    );
     assert!(out.ok(), "{out:?}");
     let results = curl_results(&out.stdout);
     assert_eq!(
@@ -304,10 +305,7 @@ fn python_requests_session_through_server_and_mutual_listeners() {
 fn one_well_formed_upstream_request_per_pipelined_client_request() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
-        .start();
+    let proxy = sb.proxy_to(&up, &[("plain", Tls::None)]).start();
     let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
     c.send(
         b"GET /one HTTP/1.1\r\nHost: ironic\r\n\r\n\
@@ -445,6 +443,23 @@ fn refused_and_closed<S: support::Stream>(
     failures
 }
 
+/// [`refused_and_closed`] over new plain connections to the `plain` listener.
+fn refused_over_tcp(attacks: Vec<(&'static str, String)>, proxy: &Proxy) -> Vec<String> {
+    refused_and_closed(attacks, || HttpConn::tcp(proxy.addr("plain")).unwrap())
+}
+
+/// [`refused_and_closed`] over new TLS connections to the server listener `api`.
+fn refused_over_tls(
+    attacks: Vec<(&'static str, String)>,
+    proxy: &Proxy,
+    sb: &Sandbox,
+) -> Vec<String> {
+    let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
+    refused_and_closed(attacks, || {
+        HttpConn::tls(proxy.addr("api"), cfg.clone()).unwrap()
+    })
+}
+
 fn assert_refused(failures: &[String], up: &Upstream) {
     let reached: Vec<String> = up.all().iter().map(|r| r.path.clone()).collect();
     assert!(
@@ -459,13 +474,8 @@ fn assert_refused(failures: &[String], up: &Upstream) {
 fn conflicting_length_and_obfuscated_te_get_400_close_and_never_reach_the_upstream() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
-        .start();
-    let failures = refused_and_closed(framing_attacks(), || {
-        HttpConn::tcp(proxy.addr("plain")).unwrap()
-    });
+    let proxy = sb.proxy_to(&up, &[("plain", Tls::None)]).start();
+    let failures = refused_over_tcp(framing_attacks(), &proxy);
     assert_refused(&failures, &up);
     // The proxy is still serving.
     let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
@@ -477,19 +487,13 @@ fn conflicting_length_and_obfuscated_te_get_400_close_and_never_reach_the_upstre
 fn framing_attacks_over_tls_get_400_close_and_never_reach_the_upstream() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy()
-        .listener("api", Tls::Server, &up.address())
-        .start();
-    let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
+    let proxy = sb.proxy_to(&up, &[("api", Tls::Server)]).start();
     let attacks: Vec<_> = framing_attacks()
         .into_iter()
         .filter(|(n, _)| *n == "conflicting Content-Length" || *n == "TE duplicated")
         .collect();
     assert_eq!(attacks.len(), 2);
-    let failures = refused_and_closed(attacks, || {
-        HttpConn::tls(proxy.addr("api"), cfg.clone()).unwrap()
-    });
+    let failures = refused_over_tls(attacks, &proxy, &sb);
     assert_refused(&failures, &up);
 }
 
@@ -498,17 +502,10 @@ fn content_length_with_transfer_encoding_gets_400_and_never_reaches_the_upstream
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
-        .listener("api", Tls::Server, &up.address())
+        .proxy_to(&up, &[("plain", Tls::None), ("api", Tls::Server)])
         .start();
-    let mut failures = refused_and_closed(cl_te_attacks(), || {
-        HttpConn::tcp(proxy.addr("plain")).unwrap()
-    });
-    let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
-    failures.extend(refused_and_closed(cl_te_attacks(), || {
-        HttpConn::tls(proxy.addr("api"), cfg.clone()).unwrap()
-    }));
+    let mut failures = refused_over_tcp(cl_te_attacks(), &proxy);
+    failures.extend(refused_over_tls(cl_te_attacks(), &proxy, &sb));
     assert_refused(&failures, &up);
 }
 
@@ -598,10 +595,7 @@ fn spoofed_client_cert_header_never_reaches_the_upstream() {
 fn hop_by_hop_headers_are_stripped_and_h2c_upgrade_never_happens() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy()
-        .listener("api", Tls::Server, &up.address())
-        .start();
+    let proxy = sb.proxy_to(&up, &[("api", Tls::Server)]).start();
     let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
     let mut c = HttpConn::tls(proxy.addr("api"), cfg).unwrap();
     c.send(
@@ -704,8 +698,7 @@ fn slow_upstream_gives_504_and_the_proxy_keeps_serving() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("api", Tls::Server, &up.address())
+        .proxy_to(&up, &[("api", Tls::Server)])
         .limit_dur("upstream_timeout", "1s")
         .start();
     let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);

@@ -26,8 +26,7 @@ fn max_connections_closes_extra_connections_at_once_and_counts_them() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
+        .proxy_to(&up, &[("plain", Tls::None)])
         .limit("max_connections", "2")
         .start();
     let addr = proxy.addr("plain");
@@ -75,9 +74,7 @@ fn headers_larger_than_header_bytes_get_431() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
-        .listener("api", Tls::Server, &up.address())
+        .proxy_to(&up, &[("plain", Tls::None), ("api", Tls::Server)])
         .limit("header_bytes", "65536")
         .start();
     let fits = "a".repeat(60_000);
@@ -108,8 +105,7 @@ fn http2_headers_larger_than_header_bytes_are_refused() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("api", Tls::Server, &up.address())
+        .proxy_to(&up, &[("api", Tls::Server)])
         .limit("header_bytes", "16384")
         .start();
     let h2 = |pad: usize| {
@@ -169,9 +165,7 @@ fn request_head_timeout_cuts_slowloris_heads_and_stalled_handshakes() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
-        .listener("api", Tls::Server, &up.address())
+        .proxy_to(&up, &[("plain", Tls::None), ("api", Tls::Server)])
         .limit_dur("request_head_timeout", "1s")
         .start();
 
@@ -231,8 +225,7 @@ fn a_trickling_body_gets_408_within_body_timeout() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
+        .proxy_to(&up, &[("plain", Tls::None)])
         .limit_dur("body_timeout", "1s")
         .start();
     for (path, head, drip) in [
@@ -269,9 +262,7 @@ fn idle_keep_alive_connections_are_closed_after_idle_timeout() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
-        .listener("api", Tls::Server, &up.address())
+        .proxy_to(&up, &[("plain", Tls::None), ("api", Tls::Server)])
         .limit_dur("idle_timeout", "1s")
         .start();
 
@@ -307,9 +298,7 @@ fn bodies_over_max_body_bytes_get_413_for_content_length_and_chunked() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
-        .listener("api", Tls::Server, &up.address())
+        .proxy_to(&up, &[("plain", Tls::None), ("api", Tls::Server)])
         .limit("max_body_bytes", "1000")
         .start();
     let addr = proxy.addr("plain");
@@ -395,8 +384,7 @@ fn every_refused_head_gets_the_proxy_json_error_body() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
-        .proxy()
-        .listener("plain", Tls::None, &up.address())
+        .proxy_to(&up, &[("plain", Tls::None)])
         .limit("header_bytes", "8192")
         .start();
     let huge = "a".repeat(200_000);

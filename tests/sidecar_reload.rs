@@ -61,17 +61,23 @@ fn openssl_fingerprint(port: u16, ca: &Path) -> String {
         .to_lowercase()
 }
 
-#[test]
-fn sighup_after_renaming_new_files_over_serves_the_new_certificate() {
+/// A sandbox whose proxy has one server listener, `api`, and looks at its files every `watch`
+/// (and on SIGHUP); the upstream; and a client config trusting the sandbox CA.
+fn serving_api(watch: &str) -> (Sandbox, Upstream, Proxy, Arc<rustls::ClientConfig>) {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
-    // Polling practically off: only SIGHUP can make the proxy notice.
     let proxy = sb
-        .proxy()
-        .watch_interval("1h")
-        .listener("api", Tls::Server, &up.address())
+        .proxy_to(&up, &[("api", Tls::Server)])
+        .watch_interval(watch)
         .start();
     let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
+    (sb, up, proxy, cfg)
+}
+
+#[test]
+fn sighup_after_renaming_new_files_over_serves_the_new_certificate() {
+    // Polling practically off: only SIGHUP can make the proxy notice.
+    let (sb, up, proxy, cfg) = serving_api("1h");
     let mut old = HttpConn::tls(proxy.addr("api"), cfg.clone()).unwrap();
     assert_eq!(old.get("/before").unwrap().status, 200);
     assert_eq!(old.peer_leaf(), sb.server.der);
@@ -116,14 +122,7 @@ fn sighup_after_renaming_new_files_over_serves_the_new_certificate() {
 
 #[test]
 fn plain_rename_is_picked_up_by_polling_without_sighup() {
-    let sb = Sandbox::new();
-    let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy()
-        .watch_interval("200ms")
-        .listener("api", Tls::Server, &up.address())
-        .start();
-    let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
+    let (sb, _up, proxy, cfg) = serving_api("200ms");
     let mut old = HttpConn::tls(proxy.addr("api"), cfg.clone()).unwrap();
     assert_eq!(old.get("/before").unwrap().status, 200);
 
@@ -230,14 +229,7 @@ fn kubernetes_secret_symlink_swap_reloads_certificate_and_trust_without_sighup()
 
 #[test]
 fn a_bad_new_certificate_keeps_the_last_good_one() {
-    let sb = Sandbox::new();
-    let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy()
-        .watch_interval("1h")
-        .listener("api", Tls::Server, &up.address())
-        .start();
-    let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
+    let (sb, _up, proxy, cfg) = serving_api("1h");
 
     // Garbage, then a certificate whose key does not match: both refused.
     let other = sb.ca.server_leaf();

@@ -65,6 +65,14 @@ impl Sandbox {
         )
     }
 
+    /// [`Sandbox::proxy`] with `listeners` (name, TLS mode), all in front of the one upstream `up`.
+    pub fn proxy_to(&self, up: &Upstream, listeners: &[(&str, Tls)]) -> ProxyBuilder {
+        let address = up.address();
+        listeners.iter().fold(self.proxy(), |b, &(name, tls)| {
+            b.listener(name, tls, &address)
+        })
+    }
+
     /// Writes a client certificate as `<name>.crt` / `<name>.key`; returns both paths.
     pub fn client_files(&self, leaf: &Leaf, name: &str) -> (PathBuf, PathBuf) {
         leaf.write(self.dir.path(), name)

@@ -421,6 +421,81 @@ pub fn tls_conn(
 }
 
 // ------------------------------------------------------------------------------------------------
+// Issuer-mode configs.
+
+/// A TOML array of strings.
+pub fn toml_list(items: &[&str]) -> String {
+    let items: Vec<String> = items.iter().map(|s| toml_str(s)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// The `[identity]` table of an issuer-mode node: trust and issuer from `ca`, a certificate for
+/// `dns` and `ips` valid for `validity`. Callers append their own keys (renewal, export).
+pub fn issuer_identity(
+    ca: &(PathBuf, PathBuf),
+    dns: &[&str],
+    ips: &[&str],
+    validity: &str,
+) -> String {
+    let (ca_crt, ca_key) = (tp(&ca.0), tp(&ca.1));
+    format!(
+        "[identity]\ntrust = {ca_crt}\nissuer_cert = {ca_crt}\nissuer_key = {ca_key}\n\
+         dns_names = {}\nip_addresses = {}\nvalidity = \"{validity}\"\n",
+        toml_list(dns),
+        toml_list(ips)
+    )
+}
+
+/// A whole issuer-mode config: `identity` (see [`issuer_identity`]), `[admin]`, one mutual
+/// listener, `json-rpc`, in front of the unix socket `sock` (with `allow` rules if given), then
+/// `extra` tables.
+pub fn issuer_node(
+    identity: String,
+    allow: Option<&[&str]>,
+    sock: &Path,
+    extra: String,
+) -> impl Fn(u16, SocketAddr) -> String {
+    let allow = allow.map_or(String::new(), |a| format!("allow = {}\n", toml_list(a)));
+    let sock = toml_str(&format!("unix:{}", sock.display()));
+    move |admin, listen| {
+        format!(
+            r#"{identity}
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[[listeners]]
+name = "json-rpc"
+listen = "{listen}"
+tls = "mutual"
+{allow}upstream = {sock}
+{extra}"#
+        )
+    }
+}
+
+/// Issuer-mode config for `localhost` / 127.0.0.1 renewing `renew_before` the end of
+/// `validity`, optionally exporting to `export`, with [`issuer_node`]'s mutual listener in front
+/// of `sock`. `drain_timeout`, if given, is the only `[limits]` key.
+pub fn issuer_config(
+    ca: &(PathBuf, PathBuf),
+    validity: &str,
+    renew_before: &str,
+    export: Option<&Path>,
+    drain_timeout: Option<&str>,
+    sock: &Path,
+) -> impl Fn(u16, SocketAddr) -> String {
+    let mut identity = issuer_identity(ca, &["localhost"], &["127.0.0.1"], validity);
+    identity.push_str(&format!("renew_before = \"{renew_before}\"\n"));
+    if let Some(d) = export {
+        identity.push_str(&format!("export_dir = {}\n", tp(d)));
+    }
+    let limits = drain_timeout.map_or(String::new(), |d| {
+        format!("\n[limits]\ndrain_timeout = \"{d}\"\n")
+    });
+    issuer_node(identity, None, sock, limits)
+}
+
+// ------------------------------------------------------------------------------------------------
 // Load balancer configs.
 
 /// A proxy with one listener named `api` whose upstream has peers found through DNS.
