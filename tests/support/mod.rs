@@ -364,6 +364,27 @@ pub fn tls_client_config(
 ) -> Arc<rustls::ClientConfig> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let client = client.map(|leaf| {
+        (
+            vec![CertificateDer::from(leaf.der.clone())],
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).expect("key PEM"),
+        )
+    });
+    client_config_with(ca_pem, client, alpn)
+}
+
+/// A rustls client config (our one crypto provider, safe default versions) trusting every
+/// certificate in `ca_pem`, presenting `client` (chain and key) if given, offering `alpn`.
+pub fn client_config_with(
+    ca_pem: &str,
+    client: Option<(
+        Vec<rustls_pki_types::CertificateDer<'static>>,
+        rustls_pki_types::PrivateKeyDer<'static>,
+    )>,
+    alpn: &[&[u8]],
+) -> Arc<rustls::ClientConfig> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.expect("CA PEM")).expect("add CA");
@@ -376,11 +397,8 @@ pub fn tls_client_config(
     .with_root_certificates(roots);
     let mut cfg = match client {
         None => builder.with_no_client_auth(),
-        Some(leaf) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from(leaf.der.clone())],
-                PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).expect("key PEM"),
-            )
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
             .expect("client cert"),
     };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();

@@ -376,29 +376,15 @@ pub fn key_matches(cert_pem: &str, key_pem: &str) -> Result<(), String> {
 
 /// A rustls client config trusting `ca_pem`, presenting `client` (cert PEM, key PEM) if given.
 pub fn client_config(ca_pem: &str, client: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.expect("CA PEM")).expect("add CA");
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("protocol versions")
-    .with_root_certificates(roots);
-    let mut cfg = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => builder
-            .with_client_auth_cert(
-                CertificateDer::pem_slice_iter(cert.as_bytes())
-                    .collect::<Result<_, _>>()
-                    .expect("client cert PEM"),
-                PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key PEM"),
-            )
-            .expect("client cert"),
-    };
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(cfg)
+    let client = client.map(|(cert, key)| {
+        (
+            CertificateDer::pem_slice_iter(cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .expect("client cert PEM"),
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key PEM"),
+        )
+    });
+    support::client_config_with(ca_pem, client, &[b"http/1.1"])
 }
 
 /// A TLS connection to `addr` verifying the server as `name`, handshake completed.
