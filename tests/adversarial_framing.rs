@@ -542,6 +542,28 @@ fn request_lines() -> Vec<Case> {
                 )],
             )
         },
+        // An empty path is sent as "/" (RFC 9112 §3.2.1); a query alone keeps it.
+        case(
+            "absolute-form, empty path and a query",
+            line("GET http://evil.example?q=1 HTTP/1.1"),
+            vec![served(
+                &[200, 200],
+                &[("GET", "/?q=1", b""), ("GET", "/tail", b"")],
+            )],
+        ),
+        // A target has no fragment (RFC 9112 §3.2); `http` would drop it silently, so the
+        // upstream would see another path than the one the client sent. Found by the fuzzer:
+        // `http://b:8#/close` went out as an empty target.
+        case(
+            "absolute-form with a fragment",
+            line("GET http://evil.example#/close HTTP/1.1"),
+            refused(),
+        ),
+        case(
+            "origin-form with a fragment",
+            line("GET /a#/b HTTP/1.1"),
+            refused(),
+        ),
         case(
             "absolute-form https",
             line("GET https://evil.example/a HTTP/1.1"),

@@ -224,7 +224,11 @@ fn parse_head(buf: &[u8]) -> Parsed {
             }
         }
     }
-    let ambiguous = if te && cl_fields > 0 {
+    // A request target has no fragment (RFC 9112 §3.2); `http` drops one without a word, so
+    // `/a#/b` would reach Ironic as `/a`. Refused, as HAProxy does.
+    let ambiguous = if req.path.is_some_and(|p| p.contains('#')) {
+        Some("fragment in the request target")
+    } else if te && cl_fields > 0 {
         Some("both Content-Length and Transfer-Encoding")
     } else if cl_fields > 1 {
         Some("repeated Content-Length")

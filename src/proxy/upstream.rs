@@ -289,12 +289,7 @@ impl Endpoint {
         mut req: http::Request<RequestBody>,
     ) -> Result<(http::Response<hyper::body::Incoming>, Lease), SendError> {
         if req.uri().scheme().is_some() || req.uri().authority().is_some() {
-            let pq = req
-                .uri()
-                .path_and_query()
-                .cloned()
-                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-            *req.uri_mut() = http::Uri::from(pq);
+            *req.uri_mut() = origin_form(req.uri());
         }
         // We speak HTTP/1.1 upstream, which requires Host (RFC 9112 §3.2); an HTTP/1.0 client
         // may have sent none: name the endpoint.
@@ -394,6 +389,19 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// The origin form of an absolute-form target: its path, never empty (RFC 9112 §3.2.1: an
+/// empty path is sent as `/`), and its query. `http` keeps an empty path as it is, so
+/// `http://host?q` or `http://host#f` would otherwise go out as `?q` or as nothing.
+fn origin_form(uri: &http::Uri) -> http::Uri {
+    let path = uri.path();
+    let path = if path.is_empty() { "/" } else { path };
+    let origin = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    http::Uri::try_from(origin).unwrap_or_else(|_| http::Uri::from_static("/"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,6 +419,19 @@ mod tests {
     async fn settle() {
         for _ in 0..10 {
             tokio::task::yield_now().await;
+        }
+    }
+
+    #[test]
+    fn absolute_form_targets_become_origin_form_with_a_path() {
+        for (target, origin) in [
+            ("http://b:8#/close", "/"),
+            ("http://b:8?x=1", "/?x=1"),
+            ("http://b:8", "/"),
+            ("https://b/a/c?q#f", "/a/c?q"),
+        ] {
+            let uri: http::Uri = target.parse().expect("a valid absolute-form target");
+            assert_eq!(origin_form(&uri).to_string(), origin, "{target}");
         }
     }
 
