@@ -18,6 +18,8 @@
 //! then compares [`ConnClock::deadline`] with the time.
 
 use super::guard::Guard;
+use crate::proxy::{ConnInfo, Proxy};
+use http::StatusCode;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -136,23 +138,89 @@ impl Drop for InFlight {
     }
 }
 
+/// HTTP/1.1: hyper answers a request head its parser refuses (400 malformed, 414 target too
+/// long, 431 head too large) with an empty-bodied response of its own that no setting changes.
+/// That answer is recognised on its way out and replaced with the proxy's JSON error, counted
+/// and logged like any other response.
+///
+/// Recognised safely: hyper writes such an answer only with no response in progress, and writes
+/// nothing else on its own. So a write that comes when no request has begun since the last
+/// completed flush with nothing in flight can only be hyper's automatic answer; it must also
+/// have exactly that answer's shape (status line, `content-length: 0`, `date`).
+pub(crate) struct Refusals {
+    proxy: Arc<Proxy>,
+    info: Arc<ConnInfo>,
+    /// Requests begun (`ConnClock::served`) at the last completed flush with none in flight.
+    settled_at: Option<u64>,
+    /// The replacement while it is written: its bytes and how many went out.
+    replacement: Option<(Vec<u8>, usize)>,
+}
+
+impl Refusals {
+    pub(crate) fn new(proxy: Arc<Proxy>, info: Arc<ConnInfo>) -> Box<Self> {
+        Box::new(Self {
+            proxy,
+            info,
+            settled_at: Some(0),
+            replacement: None,
+        })
+    }
+}
+
+/// The status and `date` line of hyper's automatic answer to a refused head, if `out` is one.
+fn automatic_answer(out: &[u8]) -> Option<(StatusCode, Option<&[u8]>)> {
+    if out.len() > 256 || !out.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let status = match out.get(..13)? {
+        b"HTTP/1.1 400 " => StatusCode::BAD_REQUEST,
+        b"HTTP/1.1 414 " => StatusCode::URI_TOO_LONG,
+        b"HTTP/1.1 431 " => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        _ => return None,
+    };
+    // hyper 1: `connection: close`, `content-length: 0`, `date: …`.
+    let mut date = None;
+    let mut empty = false;
+    for line in out[..out.len() - 2]
+        .split_inclusive(|b| *b == b'\n')
+        .skip(1)
+    {
+        if line.eq_ignore_ascii_case(b"content-length: 0\r\n") {
+            empty = true;
+        } else if line.len() > 6 && line[..6].eq_ignore_ascii_case(b"date: ") {
+            date = Some(line);
+        } else if !line.eq_ignore_ascii_case(b"connection: close\r\n") {
+            return None;
+        }
+    }
+    empty.then_some((status, date))
+}
+
 pin_project_lite::pin_project! {
     /// A connection's stream as hyper sees it: tells the clock when bytes arrive and when
-    /// writes stall, and on HTTP/1.1 feeds every byte read to the framing guard too.
+    /// writes stall, and on HTTP/1.1 feeds every byte read to the framing guard too and
+    /// replaces hyper's automatic answers to refused heads ([`Refusals`]).
     pub(crate) struct Activity<S> {
         #[pin]
         inner: S,
         clock: Arc<ConnClock>,
         framing: Option<Arc<Guard>>,
+        refusals: Option<Box<Refusals>>,
     }
 }
 
 impl<S> Activity<S> {
-    pub(crate) fn new(inner: S, clock: Arc<ConnClock>, framing: Option<Arc<Guard>>) -> Self {
+    pub(crate) fn new(
+        inner: S,
+        clock: Arc<ConnClock>,
+        framing: Option<Arc<Guard>>,
+        refusals: Option<Box<Refusals>>,
+    ) -> Self {
         Self {
             inner,
             clock,
             framing,
+            refusals,
         }
     }
 }
@@ -185,12 +253,59 @@ impl<S> Activity<S> {
     }
 }
 
+impl<S: AsyncWrite> Activity<S> {
+    /// Writes the replacement of hyper's automatic answer when `out` (everything hyper is
+    /// writing now, `len` bytes) is one; `None` to write `out` as it is. Once replaced, the
+    /// connection ends: anything hyper might still write is dropped.
+    fn poll_replace(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: impl FnOnce() -> Option<Vec<u8>>,
+        len: usize,
+    ) -> Option<Poll<std::io::Result<usize>>> {
+        let this = self.project();
+        let r = this.refusals.as_deref_mut()?;
+        if r.replacement.is_none() {
+            let clock = &this.clock;
+            if r.settled_at != Some(clock.served.load(Ordering::Acquire))
+                || clock.in_flight.load(Ordering::Acquire) > 0
+            {
+                return None;
+            }
+            let out = out()?;
+            let (status, date) = automatic_answer(&out)?;
+            r.replacement = Some((r.proxy.refused_head(&r.info, status, date), 0));
+        }
+        let (bytes, sent) = r.replacement.as_mut()?;
+        let mut inner = this.inner;
+        while *sent < bytes.len() {
+            let w = inner.as_mut().poll_write(cx, &bytes[*sent..]);
+            Self::note_write(this.clock, &w);
+            match w {
+                Poll::Ready(Ok(0)) => {
+                    return Some(Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())))
+                }
+                Poll::Ready(Ok(n)) => *sent += n,
+                Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
+                Poll::Pending => return Some(Poll::Pending),
+            }
+        }
+        Some(Poll::Ready(Ok(len)))
+    }
+}
+
 impl<S: AsyncWrite> AsyncWrite for Activity<S> {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        if let Some(r) = self
+            .as_mut()
+            .poll_replace(cx, || Some(buf.to_vec()), buf.len())
+        {
+            return r;
+        }
         let this = self.project();
         let r = this.inner.poll_write(cx, buf);
         Self::note_write(this.clock, &r);
@@ -201,6 +316,11 @@ impl<S: AsyncWrite> AsyncWrite for Activity<S> {
         let this = self.project();
         let r = this.inner.poll_flush(cx);
         Self::note_write(this.clock, &r);
+        if let (Some(refusals), Poll::Ready(Ok(()))) = (this.refusals.as_deref_mut(), &r) {
+            let clock = &this.clock;
+            refusals.settled_at = (clock.in_flight.load(Ordering::Acquire) == 0)
+                .then(|| clock.served.load(Ordering::Acquire));
+        }
         r
     }
 
@@ -209,10 +329,15 @@ impl<S: AsyncWrite> AsyncWrite for Activity<S> {
     }
 
     fn poll_write_vectored(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        let whole = || (len <= 256).then(|| bufs.iter().flat_map(|b| b.iter().copied()).collect());
+        if let Some(r) = self.as_mut().poll_replace(cx, whole, len) {
+            return r;
+        }
         let this = self.project();
         let r = this.inner.poll_write_vectored(cx, bufs);
         Self::note_write(this.clock, &r);
@@ -227,6 +352,33 @@ impl<S: AsyncWrite> AsyncWrite for Activity<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_hyper_s_own_empty_answers_to_refused_heads_are_recognised() {
+        let date = "date: Mon, 30 Nov 2026 00:45:06 GMT\r\n";
+        let hyper = format!(
+            "HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\
+             content-length: 0\r\n{date}\r\n"
+        );
+        assert_eq!(
+            automatic_answer(hyper.as_bytes()),
+            Some((
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                Some(date.as_bytes())
+            ))
+        );
+        for other in [
+            // A response with a body, another status, another header, or not all of it.
+            format!("HTTP/1.1 400 Bad Request\r\ncontent-length: 2\r\n{date}\r\n{{}}"),
+            format!("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n{date}\r\n"),
+            format!("HTTP/1.1 400 Bad Request\r\nvia: 1.1 x\r\ncontent-length: 0\r\n{date}\r\n"),
+            format!("HTTP/1.1 400 Bad Request\r\n{date}\r\n"),
+            "HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n".to_owned(),
+            format!("HTTP/1.0 400 Bad Request\r\ncontent-length: 0\r\n{date}\r\n"),
+        ] {
+            assert_eq!(automatic_answer(other.as_bytes()), None, "{other:?}");
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn deadlines_follow_the_connection_state() {

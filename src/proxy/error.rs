@@ -19,6 +19,8 @@ pub enum ProxyError {
     Forbidden,
     #[error("request head larger than {0} bytes")]
     HeadTooLarge(usize),
+    #[error("request target too long")]
+    UriTooLong,
     #[error("request body too slow")]
     BodyTimeout,
     #[error("request body larger than {0} bytes")]
@@ -41,6 +43,7 @@ impl ProxyError {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::HeadTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Loop => StatusCode::LOOP_DETECTED,
@@ -55,6 +58,7 @@ impl ProxyError {
             Self::BadRequest(_)
             | Self::Forbidden
             | Self::HeadTooLarge(_)
+            | Self::UriTooLong
             | Self::BodyTimeout
             | Self::BodyTooLarge(_)
             | Self::Loop => Blame::Client,
@@ -69,6 +73,7 @@ impl ProxyError {
             Self::BadRequest(_) => "bad_request",
             Self::Forbidden => "forbidden",
             Self::HeadTooLarge(_) => "request_header_fields_too_large",
+            Self::UriTooLong => "uri_too_long",
             Self::BodyTimeout => "request_timeout",
             Self::BodyTooLarge(_) => "payload_too_large",
             Self::Loop => "loop_detected",
@@ -79,13 +84,22 @@ impl ProxyError {
         }
     }
 
-    /// `{"error":"…","status":…,"message":"…"}`. Upstream details stay in the log, not the body.
-    pub fn to_response(&self) -> Response<ResponseBody> {
-        let message = match self {
+    /// The message of the JSON body. Upstream details stay in the log, not the body.
+    fn message(&self) -> String {
+        match self {
             Self::BadGateway(_) => "upstream refused or broke the connection".to_owned(),
             other => other.to_string(),
-        };
-        let mut resp = json_response(self.status(), self.code(), &message);
+        }
+    }
+
+    /// The JSON body alone.
+    pub fn json_body(&self) -> String {
+        json_body(self.status(), self.code(), &self.message())
+    }
+
+    /// `{"error":"…","status":…,"message":"…"}`.
+    pub fn to_response(&self) -> Response<ResponseBody> {
+        let mut resp = json_response(self.status(), self.code(), &self.message());
         if matches!(self, Self::BadRequest(_)) {
             // RFC 9112 §6.3: after rejecting a request whose framing we do not trust, close the
             // connection; parsing on would take the rejected body for the next request.
@@ -96,13 +110,32 @@ impl ProxyError {
     }
 }
 
+/// The whole HTTP/1.1 response, as bytes, for a request head that hyper's parser refused:
+/// `status` with the JSON `body`, `Connection: close` (the connection ends with it), and the
+/// `date` line hyper would have sent.
+pub(super) fn refused_head_response(
+    status: StatusCode,
+    body: &str,
+    date_line: Option<&[u8]>,
+) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
+        body.len()
+    )
+    .into_bytes();
+    if let Some(date) = date_line {
+        out.extend_from_slice(date);
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
 /// The proxy's own JSON error response.
 pub fn json_response(status: StatusCode, code: &str, message: &str) -> Response<ResponseBody> {
-    let body = format!(
-        "{{\"error\":\"{code}\",\"status\":{},\"message\":\"{}\"}}\n",
-        status.as_u16(),
-        message.replace('\\', "\\\\").replace('"', "\\\"")
-    );
+    let body = json_body(status, code, message);
     let mut resp = Response::new(ResponseBody::full(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -110,4 +143,13 @@ pub fn json_response(status: StatusCode, code: &str, message: &str) -> Response<
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// `{"error":"…","status":…,"message":"…"}` and a newline.
+fn json_body(status: StatusCode, code: &str, message: &str) -> String {
+    format!(
+        "{{\"error\":\"{code}\",\"status\":{},\"message\":\"{}\"}}\n",
+        status.as_u16(),
+        message.replace('\\', "\\\\").replace('"', "\\\"")
+    )
 }

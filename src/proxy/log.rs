@@ -54,8 +54,8 @@ pub(super) struct Record {
     listener: Arc<str>,
     peer: Option<std::net::SocketAddr>,
     identity: Option<Arc<ClientIdentity>>,
-    method: Method,
-    uri: Uri,
+    /// None for a head the HTTP parser refused before it became a request.
+    request: Option<(Method, Uri)>,
     pub(super) status: u16,
     pub(super) upstream: Option<Arc<str>>,
     pub(super) blame: Option<Blame>,
@@ -75,12 +75,31 @@ impl Record {
             listener: listener.clone(),
             peer: conn.peer,
             identity: conn.identity.clone(),
-            method: req.method().clone(),
-            uri: req.uri().clone(),
+            request: Some((req.method().clone(), req.uri().clone())),
             status: 0,
             upstream: None,
             blame: None,
             start,
+            metrics,
+        }
+    }
+
+    /// A head hyper's parser refused with `status` (see `Proxy::refused_head`).
+    pub(super) fn refused_head(
+        listener: &Arc<str>,
+        conn: &ConnInfo,
+        metrics: Arc<ListenerMetrics>,
+        status: u16,
+    ) -> Self {
+        Self {
+            listener: listener.clone(),
+            peer: conn.peer,
+            identity: conn.identity.clone(),
+            request: None,
+            status,
+            upstream: None,
+            blame: Some(Blame::Client),
+            start: Instant::now(),
             metrics,
         }
     }
@@ -118,8 +137,8 @@ impl OnEnd for Record {
             listener = %self.listener,
             client = %client,
             identity = identity.as_deref().unwrap_or("-"),
-            method = %self.method,
-            path = %bounded_path(&self.uri),
+            method = %self.request.as_ref().map_or("-", |(m, _)| m.as_str()),
+            path = %self.request.as_ref().map_or_else(|| "-".to_owned(), |(_, u)| bounded_path(u)),
             status = self.status,
             bytes,
             duration_ms = elapsed.as_secs_f64() * 1000.0,

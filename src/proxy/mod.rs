@@ -106,6 +106,34 @@ impl Proxy {
         resp
     }
 
+    /// hyper's parser refused a request head on `conn` with `status` (400 malformed, 414 target
+    /// too long, 431 head too large) before it became a request: counts it, writes its access
+    /// log line, and returns the response to send instead of hyper's empty-bodied one, with the
+    /// `date` line taken from that one.
+    pub fn refused_head(
+        &self,
+        conn: &ConnInfo,
+        status: http::StatusCode,
+        date_line: Option<&[u8]>,
+    ) -> Vec<u8> {
+        let e = match status {
+            http::StatusCode::URI_TOO_LONG => ProxyError::UriTooLong,
+            http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
+                ProxyError::HeadTooLarge(self.limits.header_bytes)
+            }
+            _ => ProxyError::BadRequest("request head could not be parsed"),
+        };
+        let body = e.json_body();
+        let mut record = log::Record::refused_head(
+            &self.listener,
+            conn,
+            self.listener_metrics.clone(),
+            e.status().as_u16(),
+        );
+        body::OnEnd::on_end(&mut record, body.len() as u64, true);
+        error::refused_head_response(e.status(), &body, date_line)
+    }
+
     async fn forward(
         &self,
         req: Request<Incoming>,
