@@ -163,11 +163,10 @@ fn bodies_over_max_body_bytes_get_413() {
             raw.extend_from_slice(b"\r\n");
         }
         raw.extend_from_slice(b"0\r\n\r\n");
-        let (statuses, closed) = send_and_read(&rig, t, &raw);
-        assert!(
-            statuses == [413] || (statuses.is_empty() && closed),
-            "[{t:?}] chunked over the limit: {statuses:?}"
-        );
+        // The client is still sending when the 413 goes out: the proxy reads and drops the rest
+        // before it closes (lingering close), so the 413 is never lost to a reset.
+        let (statuses, _) = send_and_read(&rig, t, &raw);
+        assert_eq!(statuses, [413], "[{t:?}] chunked over the limit");
         let r = rig.reached_since(&mark);
         assert!(
             r.requests.is_empty() && r.errors.is_empty(),

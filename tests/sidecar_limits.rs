@@ -10,7 +10,9 @@ mod support;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::{curl, poll_until, tls_client_config, HttpConn, Response, Sandbox, Tls, Upstream};
+use support::{
+    curl, poll_until, python, tls_client_config, HttpConn, Response, Sandbox, Tls, Upstream,
+};
 
 /// Asserts `took` is within [lo, hi] seconds.
 fn assert_between(what: &str, took: Duration, lo: f64, hi: f64) {
@@ -362,6 +364,25 @@ fn bodies_over_max_body_bytes_get_413_for_content_length_and_chunked() {
         assert_eq!(out.stdout, "413", "{extra:?}: {out:?}");
     }
 
+    // Python requests (as Ironic's clients use it) sends the whole 6 MiB body before it reads
+    // anything: the 413 goes out after 1000 bytes, and the proxy reads and drops the rest before
+    // it closes (lingering close). A plain close would leave unread bytes that the kernel answers
+    // with a reset, and requests would fail with "Connection reset by peer" instead of reading
+    // the 413.
+    const PY_UPLOAD: &str = r#"
+import sys, requests
+r = requests.post(sys.argv[1], data=b"h" * (6 << 20), verify=sys.argv[2])
+print(r.status_code, r.json()["error"])
+"#;
+    let ca_path = sb.path("ca.crt");
+    for url in [
+        proxy.url("api", "/py-huge"),
+        proxy.http_url("plain", "/py-huge"),
+    ] {
+        let out = python(PY_UPLOAD, &[&url, ca_path.to_str().unwrap()]);
+        assert_eq!(out.stdout.trim(), "413 payload_too_large", "{url}: {out:?}");
+    }
+
     let complete: Vec<(String, usize)> = up
         .requests()
         .iter()
@@ -378,7 +399,7 @@ fn bodies_over_max_body_bytes_get_413_for_content_length_and_chunked() {
 }
 
 /// hyper's parser answers these heads itself, with an empty body; the proxy replaces that
-/// answer with its own JSON error (`listen::conn::Refusals`), on a fresh connection, after a
+/// answer with its own JSON error (`listen::conn::Http1`), on a fresh connection, after a
 /// served request, and pipelined behind one, over plain HTTP and TLS; each one is counted and
 /// gets its access-log line.
 #[test]

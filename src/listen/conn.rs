@@ -20,6 +20,7 @@
 use super::guard::Guard;
 use crate::proxy::{ConnInfo, Proxy};
 use http::StatusCode;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -138,31 +139,51 @@ impl Drop for InFlight {
     }
 }
 
-/// HTTP/1.1: hyper answers a request head its parser refuses (400 malformed, 414 target too
-/// long, 431 head too large) with an empty-bodied response of its own that no setting changes.
-/// That answer is recognised on its way out and replaced with the proxy's JSON error, counted
-/// and logged like any other response.
+/// What an HTTP/1.1 connection's stream adds to hyper's handling, on the way out.
 ///
-/// Recognised safely: hyper writes such an answer only with no response in progress, and writes
-/// nothing else on its own. So a write that comes when no request has begun since the last
-/// completed flush with nothing in flight can only be hyper's automatic answer; it must also
-/// have exactly that answer's shape (status line, `content-length: 0`, `date`).
-pub(crate) struct Refusals {
+/// **Refused heads.** hyper answers a request head its parser refuses (400 malformed, 414
+/// target too long, 431 head too large) with an empty-bodied response of its own that no
+/// setting changes. That answer is recognised on its way out and replaced with the proxy's JSON
+/// error, counted and logged like any other response. Recognised safely: hyper writes such an
+/// answer only with no response in progress, and writes nothing else on its own. So a write
+/// that comes when no request has begun since the last completed flush with nothing in flight
+/// can only be hyper's automatic answer; it must also have exactly that answer's shape (status
+/// line, `content-length: 0`, `date`).
+///
+/// **Lingering close.** When hyper closes a connection whose client may still be sending (a
+/// 413 in the middle of a body, a refused head), closing the socket with unread bytes would make
+/// the kernel answer them with a reset, and a reset can destroy the response before the client
+/// reads it. So the write side is shut first, and what the client still sends is read and
+/// dropped until it closes too, for at most [`LINGER_TIME`] and [`LINGER_BYTES`] (nginx's
+/// `lingering_close`).
+pub(crate) struct Http1 {
     proxy: Arc<Proxy>,
     info: Arc<ConnInfo>,
     /// Requests begun (`ConnClock::served`) at the last completed flush with none in flight.
     settled_at: Option<u64>,
     /// The replacement while it is written: its bytes and how many went out.
     replacement: Option<(Vec<u8>, usize)>,
+    /// The client closed its side: nothing to linger for.
+    read_eof: bool,
+    /// After the write side is shut: until when, and how many more bytes, to read and drop.
+    linger: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
 }
 
-impl Refusals {
+/// How long a closing connection reads and drops what its client still sends.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// How much it reads and drops at most.
+const LINGER_BYTES: usize = 8 << 20;
+
+impl Http1 {
     pub(crate) fn new(proxy: Arc<Proxy>, info: Arc<ConnInfo>) -> Box<Self> {
         Box::new(Self {
             proxy,
             info,
             settled_at: Some(0),
             replacement: None,
+            read_eof: false,
+            linger: None,
         })
     }
 }
@@ -199,13 +220,13 @@ fn automatic_answer(out: &[u8]) -> Option<(StatusCode, Option<&[u8]>)> {
 pin_project_lite::pin_project! {
     /// A connection's stream as hyper sees it: tells the clock when bytes arrive and when
     /// writes stall, and on HTTP/1.1 feeds every byte read to the framing guard too and
-    /// replaces hyper's automatic answers to refused heads ([`Refusals`]).
+    /// replaces hyper's automatic answers to refused heads and lingers at close ([`Http1`]).
     pub(crate) struct Activity<S> {
         #[pin]
         inner: S,
         clock: Arc<ConnClock>,
         framing: Option<Arc<Guard>>,
-        refusals: Option<Box<Refusals>>,
+        http1: Option<Box<Http1>>,
     }
 }
 
@@ -214,13 +235,13 @@ impl<S> Activity<S> {
         inner: S,
         clock: Arc<ConnClock>,
         framing: Option<Arc<Guard>>,
-        refusals: Option<Box<Refusals>>,
+        http1: Option<Box<Http1>>,
     ) -> Self {
         Self {
             inner,
             clock,
             framing,
-            refusals,
+            http1,
         }
     }
 }
@@ -234,10 +255,14 @@ impl<S: AsyncRead> AsyncRead for Activity<S> {
         let this = self.project();
         let before = buf.filled().len();
         let r = this.inner.poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.clock.note_read();
-            if let Some(g) = this.framing {
-                g.feed(&buf.filled()[before..]);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            if buf.filled().len() > before {
+                this.clock.note_read();
+                if let Some(g) = this.framing {
+                    g.feed(&buf.filled()[before..]);
+                }
+            } else if let Some(h1) = this.http1.as_deref_mut() {
+                h1.read_eof = buf.remaining() > 0;
             }
         }
         r
@@ -253,7 +278,7 @@ impl<S> Activity<S> {
     }
 }
 
-impl<S: AsyncWrite> Activity<S> {
+impl<S: AsyncRead + AsyncWrite> Activity<S> {
     /// Writes the replacement of hyper's automatic answer when `out` (everything hyper is
     /// writing now, `len` bytes) is one; `None` to write `out` as it is. Once replaced, the
     /// connection ends: anything hyper might still write is dropped.
@@ -264,7 +289,7 @@ impl<S: AsyncWrite> Activity<S> {
         len: usize,
     ) -> Option<Poll<std::io::Result<usize>>> {
         let this = self.project();
-        let r = this.refusals.as_deref_mut()?;
+        let r = this.http1.as_deref_mut()?;
         if r.replacement.is_none() {
             let clock = &this.clock;
             if r.settled_at != Some(clock.served.load(Ordering::Acquire))
@@ -294,7 +319,7 @@ impl<S: AsyncWrite> Activity<S> {
     }
 }
 
-impl<S: AsyncWrite> AsyncWrite for Activity<S> {
+impl<S: AsyncRead + AsyncWrite> AsyncWrite for Activity<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -316,16 +341,45 @@ impl<S: AsyncWrite> AsyncWrite for Activity<S> {
         let this = self.project();
         let r = this.inner.poll_flush(cx);
         Self::note_write(this.clock, &r);
-        if let (Some(refusals), Poll::Ready(Ok(()))) = (this.refusals.as_deref_mut(), &r) {
+        if let (Some(h1), Poll::Ready(Ok(()))) = (this.http1.as_deref_mut(), &r) {
             let clock = &this.clock;
-            refusals.settled_at = (clock.in_flight.load(Ordering::Acquire) == 0)
+            h1.settled_at = (clock.in_flight.load(Ordering::Acquire) == 0)
                 .then(|| clock.served.load(Ordering::Acquire));
         }
         r
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().inner.poll_shutdown(cx)
+        let this = self.project();
+        let mut inner = this.inner;
+        let Some(h1) = this.http1.as_deref_mut() else {
+            return inner.poll_shutdown(cx);
+        };
+        if h1.linger.is_none() {
+            std::task::ready!(inner.as_mut().poll_shutdown(cx))?;
+            if h1.read_eof {
+                return Poll::Ready(Ok(()));
+            }
+            h1.linger = Some((Box::pin(tokio::time::sleep(LINGER_TIME)), LINGER_BYTES));
+        }
+        let Some((until, left)) = h1.linger.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut scratch = [0u8; 8192];
+        loop {
+            if *left == 0 || until.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut dropped = ReadBuf::new(&mut scratch);
+            match inner.as_mut().poll_read(cx, &mut dropped) {
+                Poll::Ready(Ok(())) if !dropped.filled().is_empty() => {
+                    *left = left.saturating_sub(dropped.filled().len());
+                }
+                // The client closed too, or the connection broke: nothing left to protect.
+                Poll::Ready(_) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 
     fn poll_write_vectored(

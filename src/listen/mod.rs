@@ -15,7 +15,7 @@ use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
 use crate::proxy::{ConnInfo, Proxy};
 use crate::tls::{ClientIdentity, ReloadableServer};
-use conn::{Activity, ConnClock, Refusals};
+use conn::{Activity, ConnClock, Http1};
 use drive::Drive;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -310,14 +310,14 @@ impl Listener {
         // HTTP/1.1 only: HTTP/2 frames its messages itself.
         let framing = (!h2).then(|| guard::Guard::new(limits.header_bytes));
         let info = Arc::new(info);
-        let refusals = (!h2).then(|| Refusals::new(proxy.clone(), info.clone()));
+        let http1 = (!h2).then(|| Http1::new(proxy.clone(), info.clone()));
         let svc = Service {
             proxy,
             info,
             clock: clock.clone(),
             framing: framing.clone(),
         };
-        let io = TokioIo::new(Activity::new(io, clock.clone(), framing, refusals));
+        let io = TokioIo::new(Activity::new(io, clock.clone(), framing, http1));
         if h2 {
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
