@@ -150,8 +150,8 @@ impl Drop for InFlight {
 /// can only be hyper's automatic answer; it must also have exactly that answer's shape (status
 /// line, `content-length: 0`, `date`).
 ///
-/// **Lingering close.** When hyper closes a connection whose client may still be sending (a
-/// 413 in the middle of a body, a refused head), closing the socket with unread bytes would make
+/// **Lingering close.** When hyper closes a connection whose client is still sending (a 413 in
+/// the middle of a body, a refused head: the framing guard is mid-message), closing the socket with unread bytes would make
 /// the kernel answer them with a reset, and a reset can destroy the response before the client
 /// reads it. So the write side is shut first, and what the client still sends is read and
 /// dropped until it closes too, for at most [`LINGER_TIME`] and [`LINGER_BYTES`] (nginx's
@@ -357,7 +357,10 @@ impl<S: AsyncRead + AsyncWrite> AsyncWrite for Activity<S> {
         };
         if h1.linger.is_none() {
             std::task::ready!(inner.as_mut().poll_shutdown(cx))?;
-            if h1.read_eof {
+            // Between requests (an idle connection drained or timed out) the client is not
+            // sending: nothing to linger for.
+            let sending = this.framing.as_ref().is_some_and(|g| g.mid_message());
+            if h1.read_eof || !sending {
                 return Poll::Ready(Ok(()));
             }
             h1.linger = Some((Box::pin(tokio::time::sleep(LINGER_TIME)), LINGER_BYTES));

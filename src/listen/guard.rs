@@ -94,6 +94,14 @@ impl Guard {
         }
     }
 
+    /// Whether the client is in the middle of sending something: a head begun, a body not
+    /// read to its end, or bytes the guard could not follow. False between requests.
+    pub(crate) fn mid_message(&self) -> bool {
+        self.0.lock().map_or(true, |s| {
+            !matches!(s.phase, Phase::Head) || !s.head.is_empty()
+        })
+    }
+
     /// Follows bytes as hyper will read them.
     pub(crate) fn feed(&self, bytes: &[u8]) {
         if let Ok(mut s) = self.0.lock() {
