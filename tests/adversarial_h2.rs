@@ -1,7 +1,8 @@
 //! HTTP/2-specific attacks on a `server` listener (ALPN h2), written frame by frame with a
 //! real TLS client: rapid reset (CVE-2023-44487), a CONTINUATION flood (CVE-2024-27316's
 //! family), an HPACK bomb (one dynamic-table entry referenced until the decoded list is
-//! megabytes), and PING and SETTINGS floods from a client that never reads. After each one the proxy must still be alive and serve, its
+//! megabytes), PING and SETTINGS floods from a client that never reads, and a client that never
+//! opens its flow-control window. After each one the proxy must still be alive and serve, its
 //! memory must not have grown with the attack, and the upstream must have seen only requests
 //! that a client could legitimately have made.
 
@@ -338,4 +339,37 @@ fn ping_and_settings_floods_from_a_client_that_never_reads_stay_bounded() {
         drop(c);
         rig.still_serves(what);
     }
+}
+
+/// A client that never opens its flow-control window (initial window 0) and asks for 1 MiB:
+/// the response cannot move, and the connection must not be held forever. The proxy gives it
+/// `idle_timeout` of no progress, as it does an HTTP/1.1 client that stops reading.
+#[test]
+fn a_client_that_never_opens_its_window_is_cut_after_the_idle_timeout() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let proxy = sb
+        .proxy_to(&up, &[("api", Tls::Server)])
+        .limit_dur("idle_timeout", "2s")
+        .start();
+    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
+    let mut c = H2::open(&proxy, &sb.ca.pem, &[(4, 0)]);
+    let started = Instant::now();
+    c.send_all(std::iter::once(frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        1,
+        &get_block("/stall?size=1048576"),
+    )));
+    // The response head arrives, no DATA can; then the proxy must end the connection. Bounded
+    // at 20 s.
+    let (end, responses) = c.read_until_goaway(Duration::from_secs(20));
+    let took = started.elapsed();
+    eprintln!("zero window: {end:?} after {took:?}, {responses} response heads");
+    assert_ne!(end, End::Open, "a stalled HTTP/2 connection must be ended");
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(10),
+        "ended after {took:?}, want about idle_timeout (2 s)"
+    );
+    assert_eq!(responses, 1, "the response head went out");
 }

@@ -7,9 +7,12 @@
 //! idle; [`InFlight`] guards count requests until their response body ends.
 //!
 //! While a request runs there is no deadline (the upstream has `upstream_timeout`), except when
-//! the client stops reading: a response write that makes no progress for `idle_timeout` ends the
-//! connection, so a client that never reads (slow read) cannot hold it, and the upstream
-//! connection its response comes from, forever.
+//! the client stops reading: a response write that makes no progress for `idle_timeout`, or a
+//! response that waits on the client (its body not polled, or holding data) while nothing moves
+//! for `idle_timeout` (an HTTP/2 client that never opens its flow-control window writes nothing
+//! that could stall), ends the connection. So a client that never reads (slow read) cannot hold
+//! it, and the upstream connection its response comes from, forever. A body waiting on a slow
+//! upstream is not the client's doing and sets no deadline.
 //!
 //! The clock is checked lazily: nothing on the request path touches a timer or wakes the
 //! connection's driver. The driver sleeps until [`ConnClock::next_check`], which is never later
@@ -18,6 +21,7 @@
 //! then compares [`ConnClock::deadline`] with the time.
 
 use super::guard::Guard;
+use crate::proxy::body::Progress;
 use crate::proxy::{ConnInfo, Proxy};
 use http::StatusCode;
 use std::future::Future;
@@ -32,6 +36,12 @@ use tokio::time::Instant;
 pub(crate) struct ConnClock {
     accepted: Instant,
     in_flight: AtomicUsize,
+    /// Responses in flight whose body waits on the client: the head is out and the body was
+    /// not polled since, or its last poll gave data. Not those waiting on the upstream.
+    on_client: AtomicUsize,
+    /// Milliseconds after `accepted` + 1 of the last sign that the client reads: a response
+    /// ready, a body polled, a write gone through.
+    progress: AtomicU64,
     served: AtomicU64,
     /// Milliseconds after `accepted` at which the last request ended.
     idle_since: AtomicU64,
@@ -54,6 +64,8 @@ impl ConnClock {
         Arc::new(Self {
             accepted,
             in_flight: AtomicUsize::new(0),
+            on_client: AtomicUsize::new(0),
+            progress: AtomicU64::new(0),
             served: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
@@ -68,7 +80,15 @@ impl ConnClock {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.served.fetch_add(1, Ordering::AcqRel);
         self.head_started.store(0, Ordering::Release);
-        InFlight(self.clone())
+        InFlight {
+            clock: self.clone(),
+            on_client: false,
+        }
+    }
+
+    fn note_progress(&self) {
+        self.progress
+            .store(self.since_accepted() + 1, Ordering::Release);
     }
 
     fn note_read(&self) {
@@ -95,9 +115,13 @@ impl ConnClock {
         }
     }
 
-    /// A write to the client went through.
-    fn note_write_progress(&self) {
+    /// A write or flush to the client went through; `wrote`: bytes went out (a flush with
+    /// nothing to flush, which the driver's own wake-ups cause, is no sign of a reading client).
+    fn note_write_progress(&self, wrote: bool) {
         self.write_stalled.store(0, Ordering::Release);
+        if wrote && self.on_client.load(Ordering::Acquire) > 0 {
+            self.note_progress();
+        }
     }
 
     /// When the driver must look at the clock next, given the time `now`: the deadline if one
@@ -108,12 +132,21 @@ impl ConnClock {
     }
 
     /// When the connection must be closed if nothing changes; while requests run, only when
-    /// the client has stopped reading.
+    /// the client has stopped reading: its writes stall (HTTP/1.1), or a response waits on it
+    /// and nothing moved (an HTTP/2 client that never opens its flow-control window).
     pub(crate) fn deadline(&self) -> Option<Instant> {
         if self.in_flight.load(Ordering::Acquire) > 0 {
+            let after_idle =
+                |ms: u64| self.accepted + Duration::from_millis(ms - 1) + self.idle_timeout;
             let stalled = self.write_stalled.load(Ordering::Acquire);
-            return (stalled > 0)
-                .then(|| self.accepted + Duration::from_millis(stalled - 1) + self.idle_timeout);
+            let stalled = (stalled > 0).then(|| after_idle(stalled));
+            let progress = self.progress.load(Ordering::Acquire);
+            let unread = (self.on_client.load(Ordering::Acquire) > 0 && progress > 0)
+                .then(|| after_idle(progress));
+            return match (stalled, unread) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         if self.served.load(Ordering::Acquire) == 0 {
             return Some(self.accepted + self.head_timeout);
@@ -127,15 +160,46 @@ impl ConnClock {
     }
 }
 
-/// Counts one request until its response ends.
-pub(crate) struct InFlight(Arc<ConnClock>);
+/// Counts one request until its response ends, and whether that response waits on the client.
+pub(crate) struct InFlight {
+    clock: Arc<ConnClock>,
+    on_client: bool,
+}
+
+impl InFlight {
+    /// The response is ready: its head goes out, its body waits on the client.
+    pub(crate) fn responding(&mut self) {
+        self.set_on_client(true);
+    }
+
+    fn set_on_client(&mut self, on: bool) {
+        if on != self.on_client {
+            self.on_client = on;
+            if on {
+                self.clock.on_client.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.clock.on_client.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.clock.note_progress();
+    }
+}
+
+impl Progress for InFlight {
+    fn polled(&mut self, waiting_on_upstream: bool) {
+        self.set_on_client(!waiting_on_upstream);
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0
+        if self.on_client {
+            self.clock.on_client.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.clock
             .idle_since
-            .store(self.0.since_accepted(), Ordering::Release);
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+            .store(self.clock.since_accepted(), Ordering::Release);
+        self.clock.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -270,10 +334,17 @@ impl<S: AsyncRead> AsyncRead for Activity<S> {
 }
 
 impl<S> Activity<S> {
-    fn note_write<T>(clock: &ConnClock, r: &Poll<std::io::Result<T>>) {
+    fn note_write(clock: &ConnClock, r: &Poll<std::io::Result<usize>>) {
         match r {
             Poll::Pending => clock.note_write_pending(),
-            Poll::Ready(_) => clock.note_write_progress(),
+            Poll::Ready(r) => clock.note_write_progress(r.as_ref().is_ok_and(|n| *n > 0)),
+        }
+    }
+
+    fn note_flush(clock: &ConnClock, r: &Poll<std::io::Result<()>>) {
+        match r {
+            Poll::Pending => clock.note_write_pending(),
+            Poll::Ready(_) => clock.note_write_progress(false),
         }
     }
 }
@@ -340,7 +411,7 @@ impl<S: AsyncRead + AsyncWrite> AsyncWrite for Activity<S> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = self.project();
         let r = this.inner.poll_flush(cx);
-        Self::note_write(this.clock, &r);
+        Self::note_flush(this.clock, &r);
         if let (Some(h1), Poll::Ready(Ok(()))) = (this.http1.as_deref_mut(), &r) {
             let clock = &this.clock;
             h1.settled_at = (clock.in_flight.load(Ordering::Acquire) == 0)
@@ -480,8 +551,37 @@ mod tests {
         let d = c.deadline().expect("a deadline once writes stall");
         assert!(d <= stalled_at + Duration::from_secs(60));
         assert!(d + Duration::from_millis(2) >= stalled_at + Duration::from_secs(60));
-        c.note_write_progress();
+        c.note_write_progress(true);
         assert_eq!(c.deadline(), None, "progress lifts it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_waiting_on_the_client_gets_the_idle_timeout_one_on_the_upstream_none() {
+        let t0 = Instant::now();
+        let c = ConnClock::new(t0, Duration::from_secs(10), Duration::from_secs(60));
+        let mut g = c.begin();
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert_eq!(
+            c.deadline(),
+            None,
+            "waiting for the upstream's response head"
+        );
+        g.responding();
+        let ready = Instant::now();
+        let d = c.deadline().expect("the body waits on the client");
+        assert!(d <= ready + Duration::from_secs(60));
+        assert!(d + Duration::from_millis(2) >= ready + Duration::from_secs(60));
+        g.polled(true);
+        assert_eq!(c.deadline(), None, "the body waits on the upstream");
+        tokio::time::advance(Duration::from_secs(30)).await;
+        g.polled(false);
+        let d = c
+            .deadline()
+            .expect("data handed out, waiting on the client");
+        assert!(d >= Instant::now() + Duration::from_millis(59_990));
+        drop(g);
+        assert!(c.deadline().unwrap() >= Instant::now() + Duration::from_millis(59_990));
+        assert_eq!(c.on_client.load(Ordering::Acquire), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -494,7 +594,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         c.note_write_pending();
         assert!(armed <= c.deadline().unwrap(), "a stall after arming");
-        c.note_write_progress();
+        c.note_write_progress(true);
         drop(g);
         let armed = c.next_check(Instant::now());
         assert!(armed <= c.deadline().unwrap(), "idle after arming");

@@ -401,9 +401,10 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
         }
         let proxy = self.proxy.clone();
         let info = self.info.clone();
-        let guard = self.clock.begin();
+        let mut guard = self.clock.begin();
         Box::pin(async move {
             let mut resp = proxy.handle(req, &info).await;
+            guard.responding();
             resp.body_mut().attach(guard);
             Ok(resp)
         })

@@ -175,6 +175,13 @@ impl Body for RequestBody {
     }
 }
 
+/// Told how a response body is read, so that the connection can tell a client that stopped
+/// reading (it stops polling) from an upstream that is slow (polls return pending).
+pub trait Progress: Send + Sync + 'static {
+    /// The body was polled; `waiting_on_upstream`: it returned pending.
+    fn polled(&mut self, waiting_on_upstream: bool);
+}
+
 /// Runs once when a response ends, however it ends.
 pub trait OnEnd: Send + Sync + 'static {
     /// `bytes` sent to the client; `complete` false if the body was aborted.
@@ -193,8 +200,8 @@ pub struct ResponseBody {
     bytes: u64,
     done: bool,
     on_end: Option<Box<dyn OnEnd>>,
-    /// Dropped with the body: the connection's in-flight guard.
-    _guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// The connection's in-flight guard: told of every poll, dropped with the body.
+    progress: Option<Box<dyn Progress>>,
 }
 
 impl ResponseBody {
@@ -205,7 +212,7 @@ impl ResponseBody {
             bytes: 0,
             done: false,
             on_end: None,
-            _guard: None,
+            progress: None,
         }
     }
 
@@ -215,7 +222,7 @@ impl ResponseBody {
             bytes: 0,
             done: false,
             on_end: None,
-            _guard: None,
+            progress: None,
         }
     }
 
@@ -223,9 +230,9 @@ impl ResponseBody {
         self.on_end = Some(f);
     }
 
-    /// Keeps `guard` alive until the response ends.
-    pub fn attach(&mut self, guard: impl std::any::Any + Send + Sync) {
-        self._guard = Some(Box::new(guard));
+    /// Tells `progress` of every poll and keeps it alive until the response ends.
+    pub fn attach(&mut self, progress: impl Progress) {
+        self.progress = Some(Box::new(progress));
     }
 
     fn finish(&mut self, complete: bool) {
@@ -274,6 +281,9 @@ impl Body for ResponseBody {
             Poll::Ready(None) => this.finish(true),
             Poll::Ready(Some(Err(_))) => this.finish(false),
             Poll::Pending => {}
+        }
+        if let Some(p) = &mut this.progress {
+            p.polled(polled.is_pending());
         }
         polled
     }
