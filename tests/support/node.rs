@@ -8,15 +8,14 @@
 #![allow(dead_code, unreachable_pub)]
 
 use crate::support::proxy::start_ready;
-use crate::support::{self, poll_until, HttpConn, Output, Proxy};
+use crate::support::{self, poll_until, HttpConn, Output, Proxy, Workers};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A port that was free a moment ago on `ip`.
@@ -470,11 +469,7 @@ pub struct Outcome {
 
 /// Worker threads sending `GET /load/<worker>/<n>` over keep-alive connections to a plain
 /// listener until stopped, a request count or a time limit is reached; every outcome recorded.
-pub struct Load {
-    stop: Arc<AtomicBool>,
-    outcomes: Arc<Mutex<Vec<Outcome>>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
+pub struct Load(Workers<Outcome>);
 
 impl Load {
     pub fn start(addr: SocketAddr, workers: usize, max_per_worker: usize, max: Duration) -> Self {
@@ -490,64 +485,38 @@ impl Load {
         max_per_worker: usize,
         max: Duration,
     ) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let outcomes = Arc::new(Mutex::new(Vec::new()));
-        let threads = (0..workers)
-            .map(|w| {
-                let (stop, outcomes) = (stop.clone(), outcomes.clone());
-                std::thread::spawn(move || {
-                    let deadline = Instant::now() + max;
-                    let mut conn: Option<HttpConn<TcpStream>> = None;
-                    for n in 0..max_per_worker {
-                        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
-                            break;
-                        }
-                        let path = format!("/load/{w}/{n}");
-                        let result = request_backend(&mut conn, addr, method, &path);
-                        outcomes.lock().expect("outcomes").push(Outcome {
-                            at: Instant::now(),
-                            result,
-                        });
+        Self(Workers::start(
+            workers,
+            max_per_worker,
+            max,
+            Duration::ZERO,
+            |w| {
+                let mut conn: Option<HttpConn<TcpStream>> = None;
+                move |n| {
+                    let path = format!("/load/{w}/{n}");
+                    let result = request_backend(&mut conn, addr, method, &path);
+                    Outcome {
+                        at: Instant::now(),
+                        result,
                     }
-                })
-            })
-            .collect();
-        Self {
-            stop,
-            outcomes,
-            threads,
-        }
+                }
+            },
+        ))
     }
 
     /// Outcomes so far.
     pub fn outcomes(&self) -> Vec<Outcome> {
-        self.outcomes.lock().expect("outcomes").clone()
+        self.0.outcomes()
     }
 
     /// Waits for the workers to reach their count or time limit; returns every outcome.
-    pub fn wait(mut self) -> Vec<Outcome> {
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        self.outcomes()
+    pub fn wait(self) -> Vec<Outcome> {
+        self.0.wait()
     }
 
     /// Stops the workers and returns every outcome.
-    pub fn finish(mut self) -> Vec<Outcome> {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        self.outcomes()
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+    pub fn finish(self) -> Vec<Outcome> {
+        self.0.finish()
     }
 }
 
