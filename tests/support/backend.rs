@@ -12,6 +12,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use crate::support::{self, upstream::header_pairs};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -42,19 +43,14 @@ pub struct Hit {
 }
 
 impl Hit {
+    /// The first value of a header (case-insensitive name).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        support::header(&self.headers, name)
     }
 
+    /// Every value of a header.
     pub fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        support::header_values(&self.headers, name)
     }
 }
 
@@ -361,16 +357,7 @@ async fn handle(
         at,
         method: parts.method.to_string(),
         path,
-        headers: parts
-            .headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
+        headers: header_pairs(&parts.headers),
         client_cert,
     });
     let delay = shared.delay_ms.load(Ordering::SeqCst);

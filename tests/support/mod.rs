@@ -116,10 +116,7 @@ pub struct Response {
 impl Response {
     /// The first value of a header (case-insensitive name).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
 
     pub fn has_header(&self, name: &str) -> bool {
@@ -134,6 +131,23 @@ impl Response {
     pub fn json(&self) -> BTreeMap<String, String> {
         json_object(&self.text())
     }
+}
+
+/// The first value of the header `name` (case-insensitive) among `headers`.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// Every value of the header `name` (case-insensitive) among `headers`, in order.
+pub fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .collect()
 }
 
 /// Streams the client helpers can set timeouts on.

@@ -39,20 +39,14 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The first value of a header (case-insensitive name).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        super::header(&self.headers, name)
     }
 
     /// Every value of a header.
     pub fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        super::header_values(&self.headers, name)
     }
 
     /// The query parameter `key`, if present.
@@ -63,6 +57,16 @@ impl Recorded {
             .find(|(k, _)| *k == key)
             .map(|(_, v)| v)
     }
+}
+
+/// A hyper header map as (name, value) pairs in its order; values not UTF-8 are made so lossily.
+pub fn header_pairs(map: &hyper::HeaderMap) -> Vec<(String, String)> {
+    let mut pairs = Vec::with_capacity(map.len());
+    for (n, v) in map {
+        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+        pairs.push((n.as_str().to_owned(), v));
+    }
+    pairs
 }
 
 /// What to answer.
@@ -274,16 +278,7 @@ async fn handle(
             .path_and_query()
             .map_or_else(|| parts.uri.to_string(), |pq| pq.as_str().to_owned()),
         version: format!("{:?}", parts.version),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
+        headers: header_pairs(&parts.headers),
         body,
         complete,
     };
