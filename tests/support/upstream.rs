@@ -17,6 +17,7 @@ use hyper::server::conn::http1;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -149,17 +150,10 @@ impl Upstream {
         std_listener.set_nonblocking(true).expect("nonblocking");
         let state = Arc::new(State::default());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let st = state.clone();
-        let thread = std::thread::Builder::new()
-            .name("upstream".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("upstream runtime");
-                rt.block_on(serve(std_listener, st, responder, stopped));
-            })
-            .expect("spawn upstream thread");
+        let thread = serve_on_thread(
+            "upstream",
+            serve(std_listener, state.clone(), responder, stopped),
+        );
         Self {
             path: path.to_owned(),
             state,
@@ -228,14 +222,7 @@ async fn serve(
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let listener = UnixListener::from_std(std_listener).expect("tokio listener");
-    loop {
-        let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(_) => continue,
-            },
-            _ = &mut stopped => return,
-        };
+    while let Some(stream) = accept_until(|| listener.accept(), &mut stopped).await {
         let conn_id = state.connections.fetch_add(1, Ordering::SeqCst) + 1;
         let state = state.clone();
         let responder = responder.clone();
@@ -256,6 +243,46 @@ async fn serve(
                 }
             }
         });
+    }
+}
+
+/// Runs `server` to completion on a new thread named `name`, on a runtime of its own; when it
+/// returns, dropping the runtime cancels every task it spawned (their sockets close).
+pub fn serve_on_thread(
+    name: &str,
+    server: impl Future<Output = ()> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let runtime = format!("{name} runtime");
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect(&runtime)
+                .block_on(server);
+        })
+        .unwrap_or_else(|e| panic!("spawn {name} thread: {e}"))
+}
+
+/// The next connection `accept` gives (failed accepts are skipped), or `None` once `stopped`
+/// fires.
+pub async fn accept_until<S, A, F>(
+    mut accept: impl FnMut() -> F,
+    stopped: &mut tokio::sync::oneshot::Receiver<()>,
+) -> Option<S>
+where
+    F: Future<Output = std::io::Result<(S, A)>>,
+{
+    loop {
+        tokio::select! {
+            r = accept() => {
+                if let Ok((s, _)) = r {
+                    return Some(s);
+                }
+            }
+            _ = &mut *stopped => return None,
+        }
     }
 }
 
