@@ -228,7 +228,7 @@ fn two_sidecars_that_are_each_others_peers_never_loop() {
 
     // Each request appears once in the access log of the proxy it was sent to, at most once in
     // the other's, and never comes back.
-    let logs: Vec<Vec<String>> = nodes.iter().map(Node::access_logs).collect();
+    let logs: Vec<Vec<String>> = nodes.iter().map(|n| n.access_logs()).collect();
     let count = |log: &[String], path: &str| {
         log.iter()
             .filter(|l| l.contains(&format!("path={path} ")))

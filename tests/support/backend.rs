@@ -12,6 +12,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use crate::support;
+use crate::support::upstream::{accept_until, header_pairs, serve_on_thread};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -42,19 +44,14 @@ pub struct Hit {
 }
 
 impl Hit {
+    /// The first value of a header (case-insensitive name).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        support::header(&self.headers, name)
     }
 
+    /// Every value of a header.
     pub fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        support::header_values(&self.headers, name)
     }
 }
 
@@ -151,19 +148,10 @@ impl Backend {
     fn run(&mut self, listener: TcpListener) {
         listener.set_nonblocking(true).expect("nonblocking");
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let shared = self.shared.clone();
-        let tls = self.tls.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("backend-{}", self.shared.id))
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("backend runtime");
-                rt.block_on(serve(listener, shared, tls, stopped));
-                // Dropping the runtime here cancels every connection task: their sockets close.
-            })
-            .expect("spawn backend thread");
+        let thread = serve_on_thread(
+            &format!("backend-{}", self.shared.id),
+            serve(listener, self.shared.clone(), self.tls.clone(), stopped),
+        );
         self.running = Some(Running { stop, thread });
     }
 
@@ -277,14 +265,7 @@ async fn serve(
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let listener = tokio::net::TcpListener::from_std(std_listener).expect("tokio listener");
-    loop {
-        let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(_) => continue,
-            },
-            _ = &mut stopped => return,
-        };
+    while let Some(stream) = accept_until(|| listener.accept(), &mut stopped).await {
         let _ = stream.set_nodelay(true);
         shared.connections.fetch_add(1, Ordering::SeqCst);
         let shared = shared.clone();
@@ -361,16 +342,7 @@ async fn handle(
         at,
         method: parts.method.to_string(),
         path,
-        headers: parts
-            .headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
+        headers: header_pairs(&parts.headers),
         client_cert,
     });
     let delay = shared.delay_ms.load(Ordering::SeqCst);

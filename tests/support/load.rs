@@ -7,10 +7,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use crate::support::{self, HttpConn, Stream};
+use crate::support::{self, HttpConn, Stream, Workers};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How to reach the listener.
@@ -80,11 +79,8 @@ impl Outcome {
     }
 }
 
-pub struct Load {
-    stop: Arc<AtomicBool>,
-    outcomes: Arc<Mutex<Vec<Outcome>>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
+/// The workers of one [`Spec`].
+pub struct Load(Workers<Outcome>);
 
 enum Conn {
     Plain(HttpConn<TcpStream>),
@@ -128,82 +124,56 @@ fn send<S: Stream>(
 
 impl Load {
     pub fn start(dial: &Dial, spec: &Spec) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let outcomes = Arc::new(Mutex::new(Vec::new()));
-        let threads = (0..spec.workers)
-            .map(|w| {
-                let (stop, outcomes, dial, spec) =
-                    (stop.clone(), outcomes.clone(), dial.clone(), spec.clone());
-                std::thread::spawn(move || {
-                    let deadline = Instant::now() + spec.max_time;
-                    let mut conn: Option<Conn> = None;
-                    for n in 0..spec.max_per_worker {
-                        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
-                            break;
+        Self(Workers::start(
+            spec.workers,
+            spec.max_per_worker,
+            spec.max_time,
+            spec.pause,
+            |w| {
+                let (dial, spec) = (dial.clone(), spec.clone());
+                let mut conn: Option<Conn> = None;
+                move |n| {
+                    let path = format!("{}/{w}/{n}{}", spec.path, spec.query);
+                    let sent = Instant::now();
+                    let mut leaf = None;
+                    let result = (|| {
+                        if conn.is_none() {
+                            conn = Some(connect(&dial)?);
                         }
-                        let path = format!("{}/{w}/{n}{}", spec.path, spec.query);
-                        let sent = Instant::now();
-                        let mut leaf = None;
-                        let result = (|| {
-                            if conn.is_none() {
-                                conn = Some(connect(&dial)?);
+                        let (status, closing) = match conn.as_mut().expect("connected") {
+                            Conn::Plain(c) => send(c, &spec, &path, spec.fresh)?,
+                            Conn::Tls(c, l) => {
+                                leaf = Some(l.clone());
+                                send(c.as_mut(), &spec, &path, spec.fresh)?
                             }
-                            let (status, closing) = match conn.as_mut().expect("connected") {
-                                Conn::Plain(c) => send(c, &spec, &path, spec.fresh)?,
-                                Conn::Tls(c, l) => {
-                                    leaf = Some(l.clone());
-                                    send(c.as_mut(), &spec, &path, spec.fresh)?
-                                }
-                            };
-                            if closing || spec.fresh {
-                                conn = None;
-                            }
-                            Ok(status)
-                        })();
-                        if result != Ok(200) {
+                        };
+                        if closing || spec.fresh {
                             conn = None;
                         }
-                        outcomes.lock().expect("outcomes").push(Outcome {
-                            worker: w,
-                            sent,
-                            ended: Instant::now(),
-                            result,
-                            server_leaf: leaf,
-                        });
-                        if !spec.pause.is_zero() {
-                            std::thread::sleep(spec.pause);
-                        }
+                        Ok(status)
+                    })();
+                    if result != Ok(200) {
+                        conn = None;
                     }
-                })
-            })
-            .collect();
-        Self {
-            stop,
-            outcomes,
-            threads,
-        }
+                    Outcome {
+                        worker: w,
+                        sent,
+                        ended: Instant::now(),
+                        result,
+                        server_leaf: leaf,
+                    }
+                }
+            },
+        ))
     }
 
     pub fn outcomes(&self) -> Vec<Outcome> {
-        self.outcomes.lock().expect("outcomes").clone()
+        self.0.outcomes()
     }
 
     /// Stops the workers (after their current request) and returns every outcome.
-    pub fn finish(mut self) -> Vec<Outcome> {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        self.outcomes()
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+    pub fn finish(self) -> Vec<Outcome> {
+        self.0.finish()
     }
 }
 

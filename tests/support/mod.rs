@@ -17,7 +17,8 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use pki::{Ca, Leaf, LeafSpec};
@@ -115,10 +116,7 @@ pub struct Response {
 impl Response {
     /// The first value of a header (case-insensitive name).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
 
     pub fn has_header(&self, name: &str) -> bool {
@@ -133,6 +131,23 @@ impl Response {
     pub fn json(&self) -> BTreeMap<String, String> {
         json_object(&self.text())
     }
+}
+
+/// The first value of the header `name` (case-insensitive) among `headers`.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// Every value of the header `name` (case-insensitive) among `headers`, in order.
+pub fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .collect()
 }
 
 /// Streams the client helpers can set timeouts on.
@@ -351,6 +366,93 @@ pub fn status_lines(raw: &[u8]) -> Vec<u16> {
         .filter_map(|l| l.strip_prefix("HTTP/1.1 "))
         .filter_map(|l| l.get(..3)?.parse().ok())
         .collect()
+}
+
+// ------------------------------------------------------------------------------------------------
+// Client load.
+
+/// Client worker threads for a bounded load, each recording one outcome per request in a list
+/// they share. Stopped (after their current request) and joined on drop.
+pub struct Workers<T> {
+    stop: Arc<AtomicBool>,
+    outcomes: Arc<Mutex<Vec<T>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl<T: Clone + Send + 'static> Workers<T> {
+    /// Starts `workers` threads. Worker `w` calls the step `worker(w)` gave it with `n` = 0, 1,
+    /// ... until it has made `max_per_worker` requests, `max_time` has passed or it is stopped,
+    /// records each outcome, and waits `pause` after each.
+    pub fn start<S>(
+        workers: usize,
+        max_per_worker: usize,
+        max_time: Duration,
+        pause: Duration,
+        worker: impl Fn(usize) -> S,
+    ) -> Self
+    where
+        S: FnMut(usize) -> T + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let threads = (0..workers)
+            .map(|w| {
+                let (stop, outcomes) = (stop.clone(), outcomes.clone());
+                let mut step = worker(w);
+                std::thread::spawn(move || {
+                    let deadline = Instant::now() + max_time;
+                    for n in 0..max_per_worker {
+                        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                            break;
+                        }
+                        let outcome = step(n);
+                        outcomes.lock().expect("outcomes").push(outcome);
+                        if !pause.is_zero() {
+                            std::thread::sleep(pause);
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            outcomes,
+            threads,
+        }
+    }
+
+    /// Outcomes so far.
+    pub fn outcomes(&self) -> Vec<T> {
+        self.outcomes.lock().expect("outcomes").clone()
+    }
+
+    /// Waits for the workers to reach their count or time limit; returns every outcome.
+    pub fn wait(mut self) -> Vec<T> {
+        self.join();
+        self.outcomes()
+    }
+
+    /// Stops the workers (after their current request) and returns every outcome.
+    pub fn finish(mut self) -> Vec<T> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.join();
+        self.outcomes()
+    }
+}
+
+impl<T> Workers<T> {
+    fn join(&mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl<T> Drop for Workers<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.join();
+    }
 }
 
 // ------------------------------------------------------------------------------------------------

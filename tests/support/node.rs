@@ -7,18 +7,16 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use crate::support::{self, poll_until, HttpConn, Output, Response};
+use crate::support::proxy::start_ready;
+use crate::support::{self, poll_until, HttpConn, Output, Proxy, Workers};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use std::io::{BufRead, BufReader};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-pub use support::proxy::BIN;
 
 /// A port that was free a moment ago on `ip`.
 pub fn free_port_on(ip: IpAddr) -> u16 {
@@ -38,40 +36,47 @@ pub fn tp(p: &Path) -> String {
     toml_str(&p.display().to_string())
 }
 
-/// A running `ironic-proxy run` with one proxy listener (at `listen`) and an admin listener.
+/// A running `ironic-proxy run` with one proxy listener (at `listen`) and an admin listener;
+/// everything about the process itself is its [`Proxy`] (what it derefs to).
 pub struct Node {
     pub name: String,
-    child: Child,
-    pub config: PathBuf,
-    pub admin: SocketAddr,
+    proxy: Proxy,
     pub listen: SocketAddr,
-    logs: Arc<Mutex<Vec<String>>>,
-    exit: Option<ExitStatus>,
+}
+
+impl Deref for Node {
+    type Target = Proxy;
+
+    fn deref(&self) -> &Proxy {
+        &self.proxy
+    }
+}
+
+impl DerefMut for Node {
+    fn deref_mut(&mut self) -> &mut Proxy {
+        &mut self.proxy
+    }
+}
+
+impl AsMut<Proxy> for Node {
+    fn as_mut(&mut self) -> &mut Proxy {
+        &mut self.proxy
+    }
 }
 
 impl Node {
     /// Writes `render(admin port, listen address)` as `<name>.toml` in `dir`, starts the proxy
-    /// with its listener on `listen_ip`, and waits until `/readyz` answers 200. A port taken
-    /// between picking and binding is retried with new ports.
+    /// with its listener on `listen_ip`, and waits until `/readyz` answers 200 (see
+    /// [`start_ready`]).
     pub fn start(
         dir: &Path,
         name: &str,
         listen_ip: IpAddr,
         render: impl Fn(u16, SocketAddr) -> String,
     ) -> Self {
-        let mut last = String::new();
-        for _ in 0..3 {
-            let mut node = Self::spawn(dir, name, listen_ip, &render);
-            match node.wait_ready(Duration::from_secs(15)) {
-                Ok(()) => return node,
-                Err(logs) if logs.contains("Address already in use") => last = logs,
-                Err(logs) => panic!(
-                    "proxy {name} did not become ready\n--- config ---\n{}\n--- logs ---\n{logs}",
-                    std::fs::read_to_string(&node.config).unwrap_or_default()
-                ),
-            }
-        }
-        panic!("proxy {name} could not bind its ports three times:\n{last}");
+        start_ready(Duration::from_secs(15), || {
+            Self::spawn(dir, name, listen_ip, &render)
+        })
     }
 
     /// Writes the config and starts the process without waiting for anything.
@@ -96,101 +101,11 @@ impl Node {
         let admin = support::free_port();
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, render(admin, listen)).expect("write config");
-        let mut child = Command::new(BIN)
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .env_remove("IRONIC_PROXY_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn ironic-proxy");
-        let stderr = child.stderr.take().expect("stderr");
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                match line {
-                    Ok(l) => sink.lock().expect("logs").push(l),
-                    Err(_) => break,
-                }
-            }
-        });
         Self {
             name: name.to_owned(),
-            child,
-            config,
-            admin: SocketAddr::from(([127, 0, 0, 1], admin)),
+            proxy: Proxy::spawn(&config, admin, HashMap::new(), false, Some(name)),
             listen,
-            logs,
-            exit: None,
         }
-    }
-
-    pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.try_exit() {
-                std::thread::sleep(Duration::from_millis(50));
-                return Err(format!("exited with {status}\n{}", self.logs().join("\n")));
-            }
-            if self.admin_get("/readyz").is_ok_and(|r| r.status == 200) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("timeout\n{}", self.logs().join("\n")));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn try_exit(&mut self) -> Option<ExitStatus> {
-        if self.exit.is_none() {
-            self.exit = self.child.try_wait().ok().flatten();
-        }
-        self.exit
-    }
-
-    /// Waits up to `timeout` for the process to exit by itself.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.try_exit() {
-                // Let the log reader catch the last lines.
-                std::thread::sleep(Duration::from_millis(50));
-                return Some(s);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// GET on the admin listener.
-    pub fn admin_get(&self, path: &str) -> std::io::Result<Response> {
-        let mut c = HttpConn::tcp(self.admin)?;
-        c.send(
-            format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
-        )?;
-        c.read_response()
-    }
-
-    pub fn metrics(&self) -> String {
-        let r = self.admin_get("/metrics").expect("GET /metrics");
-        assert_eq!(r.status, 200, "/metrics status");
-        r.text()
-    }
-
-    /// One metric summed over the series matching `labels`; 0 when absent.
-    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        support::metric(&self.metrics(), name, labels).unwrap_or(0.0)
     }
 
     /// Polls until `metric(name, labels)` satisfies `pred`; returns the value, or panics.
@@ -213,44 +128,6 @@ impl Node {
                 self.metrics()
             )
         })
-    }
-
-    pub fn logs(&self) -> Vec<String> {
-        self.logs.lock().expect("logs").clone()
-    }
-
-    pub fn wait_log(&self, timeout: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
-        poll_until(timeout, || self.logs().into_iter().find(|l| pred(l)))
-    }
-
-    /// Access-log lines (target `access`).
-    pub fn access_logs(&self) -> Vec<String> {
-        self.logs()
-            .into_iter()
-            .filter(|l| l.contains(" access:"))
-            .collect()
-    }
-
-    /// Kills the process (SIGKILL to its PID).
-    pub fn kill(&mut self) {
-        if self.try_exit().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- ironic-proxy {} logs (pid {}) ---\n{}",
-                self.name,
-                self.child.id(),
-                self.logs().join("\n")
-            );
-        }
     }
 }
 
@@ -592,11 +469,7 @@ pub struct Outcome {
 
 /// Worker threads sending `GET /load/<worker>/<n>` over keep-alive connections to a plain
 /// listener until stopped, a request count or a time limit is reached; every outcome recorded.
-pub struct Load {
-    stop: Arc<AtomicBool>,
-    outcomes: Arc<Mutex<Vec<Outcome>>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
+pub struct Load(Workers<Outcome>);
 
 impl Load {
     pub fn start(addr: SocketAddr, workers: usize, max_per_worker: usize, max: Duration) -> Self {
@@ -612,64 +485,38 @@ impl Load {
         max_per_worker: usize,
         max: Duration,
     ) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let outcomes = Arc::new(Mutex::new(Vec::new()));
-        let threads = (0..workers)
-            .map(|w| {
-                let (stop, outcomes) = (stop.clone(), outcomes.clone());
-                std::thread::spawn(move || {
-                    let deadline = Instant::now() + max;
-                    let mut conn: Option<HttpConn<TcpStream>> = None;
-                    for n in 0..max_per_worker {
-                        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
-                            break;
-                        }
-                        let path = format!("/load/{w}/{n}");
-                        let result = request_backend(&mut conn, addr, method, &path);
-                        outcomes.lock().expect("outcomes").push(Outcome {
-                            at: Instant::now(),
-                            result,
-                        });
+        Self(Workers::start(
+            workers,
+            max_per_worker,
+            max,
+            Duration::ZERO,
+            |w| {
+                let mut conn: Option<HttpConn<TcpStream>> = None;
+                move |n| {
+                    let path = format!("/load/{w}/{n}");
+                    let result = request_backend(&mut conn, addr, method, &path);
+                    Outcome {
+                        at: Instant::now(),
+                        result,
                     }
-                })
-            })
-            .collect();
-        Self {
-            stop,
-            outcomes,
-            threads,
-        }
+                }
+            },
+        ))
     }
 
     /// Outcomes so far.
     pub fn outcomes(&self) -> Vec<Outcome> {
-        self.outcomes.lock().expect("outcomes").clone()
+        self.0.outcomes()
     }
 
     /// Waits for the workers to reach their count or time limit; returns every outcome.
-    pub fn wait(mut self) -> Vec<Outcome> {
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        self.outcomes()
+    pub fn wait(self) -> Vec<Outcome> {
+        self.0.wait()
     }
 
     /// Stops the workers and returns every outcome.
-    pub fn finish(mut self) -> Vec<Outcome> {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        self.outcomes()
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+    pub fn finish(self) -> Vec<Outcome> {
+        self.0.finish()
     }
 }
 

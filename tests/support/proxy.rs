@@ -196,7 +196,7 @@ impl ProxyBuilder {
     /// expected not to be ready).
     pub fn start_unready(&self) -> Proxy {
         let (config, admin, ports) = self.write_config();
-        let mut proxy = Proxy::spawn(&config, admin, ports, self.json_logs);
+        let mut proxy = Proxy::spawn(&config, admin, ports, self.json_logs, None);
         let up = poll_until(Duration::from_secs(10), || {
             if proxy.try_exit().is_some() {
                 return Some(false);
@@ -211,29 +211,20 @@ impl ProxyBuilder {
         proxy
     }
 
-    /// Starts the proxy and waits until `/readyz` answers 200. A port taken between picking and
-    /// binding (a small race with other processes) is retried with new ports.
+    /// Starts the proxy and waits until `/readyz` answers 200 (see [`start_ready`]).
     pub fn start(&self) -> Proxy {
-        let mut last = String::new();
-        for _ in 0..3 {
+        start_ready(Duration::from_secs(10), || {
             let (config, admin, ports) = self.write_config();
-            let mut proxy = Proxy::spawn(&config, admin, ports, self.json_logs);
-            match proxy.wait_ready(Duration::from_secs(10)) {
-                Ok(()) => return proxy,
-                Err(logs) if logs.contains("Address already in use") => last = logs,
-                Err(logs) => panic!(
-                    "proxy did not become ready\n--- config ---\n{}\n--- logs ---\n{logs}",
-                    std::fs::read_to_string(&config).unwrap_or_default()
-                ),
-            }
-        }
-        panic!("proxy could not bind its ports three times:\n{last}");
+            Proxy::spawn(&config, admin, ports, self.json_logs, None)
+        })
     }
 }
 
-/// A running proxy process.
+/// A running proxy process (started by [`ProxyBuilder`], or from a config the test wrote).
 pub struct Proxy {
     child: Child,
+    /// Named in messages, when a test runs several.
+    name: Option<String>,
     pub config: PathBuf,
     pub admin: SocketAddr,
     ports: HashMap<String, u16>,
@@ -243,7 +234,15 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    fn spawn(config: &Path, admin: u16, ports: HashMap<String, u16>, json: bool) -> Self {
+    /// Starts `ironic-proxy run` on `config` (JSON logs if `json`) without waiting for anything;
+    /// its admin listener is on `127.0.0.1:admin`, its listeners' ports are `ports`.
+    pub fn spawn(
+        config: &Path,
+        admin: u16,
+        ports: HashMap<String, u16>,
+        json: bool,
+        name: Option<&str>,
+    ) -> Self {
         let mut cmd = Command::new(BIN);
         if json {
             cmd.args(["--log-format", "json"]);
@@ -270,6 +269,7 @@ impl Proxy {
         });
         Self {
             child,
+            name: name.map(str::to_owned),
             config: config.to_owned(),
             admin: SocketAddr::from(([127, 0, 0, 1], admin)),
             ports,
@@ -279,17 +279,16 @@ impl Proxy {
         }
     }
 
-    fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+    /// Waits until `/readyz` answers 200; else returns why (exit or timeout) and the logs.
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_exit() {
                 std::thread::sleep(Duration::from_millis(50));
                 return Err(format!("exited with {status}\n{}", self.logs().join("\n")));
             }
-            if let Ok(r) = self.admin_get("/readyz") {
-                if r.status == 200 {
-                    return Ok(());
-                }
+            if self.admin_get("/readyz").is_ok_and(|r| r.status == 200) {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(format!("timeout\n{}", self.logs().join("\n")));
@@ -389,7 +388,7 @@ impl Proxy {
         self.exit
     }
 
-    /// Waits for the process to exit.
+    /// Waits up to `timeout` for the process to exit by itself (and its last log lines).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -405,22 +404,62 @@ impl Proxy {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+
+    /// Kills the process (SIGKILL to this child's PID only) unless it has exited.
+    pub fn kill(&mut self) {
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// ` NAME` when the proxy has a name, for messages.
+    fn named(&self) -> String {
+        self.name
+            .as_ref()
+            .map_or(String::new(), |n| format!(" {n}"))
+    }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        if self.try_exit().is_none() {
-            // SIGKILL to this child's PID only.
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.kill();
         if std::thread::panicking() {
             eprintln!(
-                "--- ironic-proxy logs (pid {}) ---\n{}",
+                "--- ironic-proxy{} logs (pid {}) ---\n{}",
+                self.named(),
                 self.child.id(),
                 self.logs().join("\n")
             );
         }
+    }
+}
+
+/// Spawns a proxy with `spawn` until it is ready within `timeout`. A port taken between picking
+/// and binding (a small race with other processes) is retried with new ports, three times; any
+/// other failure panics with the config and the logs.
+pub fn start_ready<P: AsMut<Proxy>>(timeout: Duration, mut spawn: impl FnMut() -> P) -> P {
+    let mut last = String::new();
+    let mut named = String::new();
+    for _ in 0..3 {
+        let mut p = spawn();
+        let proxy = p.as_mut();
+        named = proxy.named();
+        match proxy.wait_ready(timeout) {
+            Ok(()) => return p,
+            Err(logs) if logs.contains("Address already in use") => last = logs,
+            Err(logs) => panic!(
+                "proxy{named} did not become ready\n--- config ---\n{}\n--- logs ---\n{logs}",
+                std::fs::read_to_string(&proxy.config).unwrap_or_default()
+            ),
+        }
+    }
+    panic!("proxy{named} could not bind its ports three times:\n{last}");
+}
+
+impl AsMut<Self> for Proxy {
+    fn as_mut(&mut self) -> &mut Self {
+        self
     }
 }
 

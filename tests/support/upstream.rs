@@ -17,6 +17,7 @@ use hyper::server::conn::http1;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,20 +40,14 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The first value of a header (case-insensitive name).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        super::header(&self.headers, name)
     }
 
     /// Every value of a header.
     pub fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        super::header_values(&self.headers, name)
     }
 
     /// The query parameter `key`, if present.
@@ -63,6 +58,16 @@ impl Recorded {
             .find(|(k, _)| *k == key)
             .map(|(_, v)| v)
     }
+}
+
+/// A hyper header map as (name, value) pairs in its order; values not UTF-8 are made so lossily.
+pub fn header_pairs(map: &hyper::HeaderMap) -> Vec<(String, String)> {
+    let mut pairs = Vec::with_capacity(map.len());
+    for (n, v) in map {
+        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+        pairs.push((n.as_str().to_owned(), v));
+    }
+    pairs
 }
 
 /// What to answer.
@@ -145,17 +150,10 @@ impl Upstream {
         std_listener.set_nonblocking(true).expect("nonblocking");
         let state = Arc::new(State::default());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let st = state.clone();
-        let thread = std::thread::Builder::new()
-            .name("upstream".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("upstream runtime");
-                rt.block_on(serve(std_listener, st, responder, stopped));
-            })
-            .expect("spawn upstream thread");
+        let thread = serve_on_thread(
+            "upstream",
+            serve(std_listener, state.clone(), responder, stopped),
+        );
         Self {
             path: path.to_owned(),
             state,
@@ -224,14 +222,7 @@ async fn serve(
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let listener = UnixListener::from_std(std_listener).expect("tokio listener");
-    loop {
-        let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(_) => continue,
-            },
-            _ = &mut stopped => return,
-        };
+    while let Some(stream) = accept_until(|| listener.accept(), &mut stopped).await {
         let conn_id = state.connections.fetch_add(1, Ordering::SeqCst) + 1;
         let state = state.clone();
         let responder = responder.clone();
@@ -255,6 +246,46 @@ async fn serve(
     }
 }
 
+/// Runs `server` to completion on a new thread named `name`, on a runtime of its own; when it
+/// returns, dropping the runtime cancels every task it spawned (their sockets close).
+pub fn serve_on_thread(
+    name: &str,
+    server: impl Future<Output = ()> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let runtime = format!("{name} runtime");
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect(&runtime)
+                .block_on(server);
+        })
+        .unwrap_or_else(|e| panic!("spawn {name} thread: {e}"))
+}
+
+/// The next connection `accept` gives (failed accepts are skipped), or `None` once `stopped`
+/// fires.
+pub async fn accept_until<S, A, F>(
+    mut accept: impl FnMut() -> F,
+    stopped: &mut tokio::sync::oneshot::Receiver<()>,
+) -> Option<S>
+where
+    F: Future<Output = std::io::Result<(S, A)>>,
+{
+    loop {
+        tokio::select! {
+            r = accept() => {
+                if let Ok((s, _)) = r {
+                    return Some(s);
+                }
+            }
+            _ = &mut *stopped => return None,
+        }
+    }
+}
+
 async fn handle(
     req: Request<Incoming>,
     conn: u64,
@@ -274,16 +305,7 @@ async fn handle(
             .path_and_query()
             .map_or_else(|| parts.uri.to_string(), |pq| pq.as_str().to_owned()),
         version: format!("{:?}", parts.version),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
+        headers: header_pairs(&parts.headers),
         body,
         complete,
     };
