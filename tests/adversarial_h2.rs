@@ -177,11 +177,16 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with_idle_timeout("60s")
+}
+
+fn rig_with_idle_timeout(idle: &str) -> Rig {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb
         .proxy_to(&up, &[("api", Tls::Server)])
         .limit("header_bytes", "16384")
+        .limit_dur("idle_timeout", idle)
         .start();
     Rig { sb, up, proxy }
 }
@@ -346,14 +351,9 @@ fn ping_and_settings_floods_from_a_client_that_never_reads_stay_bounded() {
 /// `idle_timeout` of no progress, as it does an HTTP/1.1 client that stops reading.
 #[test]
 fn a_client_that_never_opens_its_window_is_cut_after_the_idle_timeout() {
-    let sb = Sandbox::new();
-    let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy_to(&up, &[("api", Tls::Server)])
-        .limit_dur("idle_timeout", "2s")
-        .start();
+    let rig = rig_with_idle_timeout("2s");
     // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
-    let mut c = H2::open(&proxy, &sb.ca.pem, &[(4, 0)]);
+    let mut c = rig.open(&[(4, 0)]);
     let started = Instant::now();
     c.send_all(std::iter::once(frame(
         HEADERS,
@@ -372,4 +372,5 @@ fn a_client_that_never_opens_its_window_is_cut_after_the_idle_timeout() {
         "ended after {took:?}, want about idle_timeout (2 s)"
     );
     assert_eq!(responses, 1, "the response head went out");
+    rig.still_serves("a never-opened window");
 }
