@@ -14,6 +14,7 @@ use support::{poll_until, tls_client_config, Proxy, Sandbox, Tls, TlsStream, Ups
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
@@ -108,11 +109,14 @@ impl H2 {
         sent
     }
 
-    /// Reads frames until a GOAWAY, the end of the connection, or `within`; returns how the
-    /// connection ended and how many responses (HEADERS frames) came before.
-    fn read_until_goaway(&mut self, within: Duration) -> (End, usize) {
+    /// Reads frames, giving each to `seen` (type, flags, stream, payload) until it returns
+    /// true (`End::Open`), or until a GOAWAY, the end of the connection, or `within`.
+    fn read_frames(
+        &mut self,
+        within: Duration,
+        mut seen: impl FnMut(u8, u8, u32, &[u8]) -> bool,
+    ) -> End {
         let deadline = Instant::now() + within;
-        let mut responses = 0;
         let _ = self
             .s
             .sock
@@ -121,35 +125,88 @@ impl H2 {
         let mut chunk = [0u8; 16 * 1024];
         while Instant::now() < deadline {
             match self.s.read(&mut chunk) {
-                Ok(0) => return (End::Closed, responses),
+                Ok(0) => return End::Closed,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     continue
                 }
                 // A reset: the proxy closed while we were still sending.
-                Err(_) => return (End::Closed, responses),
+                Err(_) => return End::Closed,
             }
             while buf.len() >= 9 {
                 let len = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]) as usize;
                 if buf.len() < 9 + len {
                     break;
                 }
-                let kind = buf[3];
+                let (kind, flags) = (buf[3], buf[4]);
+                let stream = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff;
                 let payload = buf[9..9 + len].to_vec();
                 buf.drain(..9 + len);
-                match kind {
-                    GOAWAY if payload.len() >= 8 => {
-                        let code =
-                            u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
-                        return (End::Goaway(code), responses);
-                    }
-                    HEADERS => responses += 1,
-                    _ => {}
+                if kind == GOAWAY && payload.len() >= 8 {
+                    return End::Goaway(u32::from_be_bytes([
+                        payload[4], payload[5], payload[6], payload[7],
+                    ]));
+                }
+                if seen(kind, flags, stream, &payload) {
+                    return End::Open;
                 }
             }
         }
-        (End::Open, responses)
+        End::Open
     }
+
+    /// Reads frames until a GOAWAY, the end of the connection, or `within`; returns how the
+    /// connection ended and how many responses (HEADERS frames) came before.
+    fn read_until_goaway(&mut self, within: Duration) -> (End, usize) {
+        let mut responses = 0;
+        let end = self.read_frames(within, |kind, _, _, _| {
+            responses += usize::from(kind == HEADERS);
+            false
+        });
+        (end, responses)
+    }
+
+    /// The proxy's answer to stream 1, within 3 s.
+    fn answer(&mut self) -> Answer {
+        let mut answer = None;
+        let end = self.read_frames(Duration::from_secs(3), |kind, _, stream, payload| {
+            if stream != 1 {
+                return false;
+            }
+            answer = match kind {
+                // `:status` first, as an indexed static entry (RFC 7541 appendix A) when
+                // it is one of 200, 204, 206, 304, 400, 404, 500.
+                HEADERS => Some(Answer::Status(match payload.first() {
+                    Some(0x88) => 200,
+                    Some(0x8c) => 400,
+                    Some(0x8d) => 404,
+                    Some(0x8e) => 500,
+                    _ => 0,
+                })),
+                RST_STREAM if payload.len() == 4 => Some(Answer::Reset(u32::from_be_bytes([
+                    payload[0], payload[1], payload[2], payload[3],
+                ]))),
+                _ => None,
+            };
+            answer.is_some()
+        });
+        answer.unwrap_or(match end {
+            End::Goaway(code) => Answer::Goaway(code),
+            End::Closed => Answer::Closed,
+            End::Open => Answer::Nothing,
+        })
+    }
+}
+
+/// What came back for one stream.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    /// A response; 0 when its status is not one of the indexed ones.
+    Status(u16),
+    Reset(u32),
+    Goaway(u32),
+    Closed,
+    Nothing,
 }
 
 /// How a connection under attack ended.
@@ -373,4 +430,175 @@ fn a_client_that_never_opens_its_window_is_cut_after_the_idle_timeout() {
     );
     assert_eq!(responses, 1, "the response head went out");
     rig.still_serves("a never-opened window");
+}
+
+/// A header block from `fields` as given (pseudo-fields included), literal and never indexed.
+fn block(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (n, v) in fields {
+        hpack_literal(0x00, n, v, &mut b);
+    }
+    b
+}
+
+/// Malformed HTTP/2 requests (RFC 9113 §8.1.1, §8.2, §8.3): each one on its own connection,
+/// answered with a stream reset or 400 (or the connection ended), never forwarded; the
+/// connection's next good request, or a new connection's, is served. HTTP/2 messages are
+/// re-framed as HTTP/1.1 for Ironic, so anything that survived malformed would be a smuggling
+/// vector there.
+#[test]
+fn malformed_requests_are_refused_and_never_forwarded() {
+    let rig = rig();
+    let base = |path: &'static str| {
+        vec![
+            (":method", "POST"),
+            (":scheme", "https"),
+            (":path", path),
+            (":authority", "localhost"),
+        ]
+    };
+    let with = |path: &'static str, extra: &[(&'static str, &'static str)]| {
+        let mut f = base(path);
+        f.extend_from_slice(extra);
+        f
+    };
+    let data = |body: &str| frame(DATA, END_STREAM, 1, body.as_bytes());
+    type Case = (
+        &'static str,
+        Vec<(&'static str, &'static str)>,
+        Option<Vec<u8>>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "DATA beyond content-length",
+            with("/m-long", &[("content-length", "5")]),
+            Some(data("0123456789")),
+        ),
+        (
+            "DATA short of content-length",
+            with("/m-short", &[("content-length", "10")]),
+            Some(data("abc")),
+        ),
+        (
+            "two content-length values",
+            with(
+                "/m-2cl",
+                &[("content-length", "3"), ("content-length", "4")],
+            ),
+            Some(data("abc")),
+        ),
+        (
+            "transfer-encoding",
+            with("/m-te", &[("transfer-encoding", "chunked")]),
+            Some(data("3\r\nabc\r\n0\r\n\r\n")),
+        ),
+        (
+            "connection-specific field",
+            with("/m-conn", &[("connection", "keep-alive")]),
+            Some(data("abc")),
+        ),
+        (
+            "te other than trailers",
+            with("/m-tegzip", &[("te", "gzip")]),
+            Some(data("abc")),
+        ),
+        (
+            "upper-case field name",
+            with("/m-upper", &[("X-Upper", "1")]),
+            Some(data("abc")),
+        ),
+        (
+            "CR LF in a value",
+            with("/m-crlf", &[("x-a", "1\r\nx-injected: 1")]),
+            Some(data("abc")),
+        ),
+        (
+            "space in a field name",
+            with("/m-space", &[("x-a b", "1")]),
+            Some(data("abc")),
+        ),
+        (
+            "colon in a field name",
+            with("/m-colon", &[("x-a:b", "1")]),
+            Some(data("abc")),
+        ),
+        (
+            "unknown pseudo-field",
+            with("/m-pseudo", &[(":foo", "1")]),
+            Some(data("abc")),
+        ),
+        (
+            "pseudo-field after a regular field",
+            vec![
+                (":method", "POST"),
+                (":scheme", "https"),
+                ("x-a", "1"),
+                (":path", "/m-late"),
+                (":authority", "localhost"),
+            ],
+            Some(data("abc")),
+        ),
+        (
+            "two :path",
+            with("/m-2path", &[(":path", "/m-2path-b")]),
+            Some(data("abc")),
+        ),
+        (
+            "no :path",
+            vec![
+                (":method", "POST"),
+                (":scheme", "https"),
+                (":authority", "localhost"),
+                ("x-case", "/m-nopath"),
+            ],
+            Some(data("abc")),
+        ),
+        (
+            ":path not a path",
+            vec![
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "m-relative"),
+                (":authority", "localhost"),
+            ],
+            None,
+        ),
+        (
+            "CONNECT",
+            vec![
+                (":method", "CONNECT"),
+                (":authority", "m-connect.example:443"),
+            ],
+            None,
+        ),
+    ];
+    for (what, fields, body) in &cases {
+        let mut c = rig.open(&[]);
+        let flags = if body.is_some() {
+            END_HEADERS
+        } else {
+            END_HEADERS | END_STREAM
+        };
+        let mut frames = vec![frame(HEADERS, flags, 1, &block(fields))];
+        frames.extend(body.clone());
+        c.send_all(frames.into_iter());
+        let answer = c.answer();
+        eprintln!("{what}: {answer:?}");
+        assert!(
+            matches!(
+                answer,
+                Answer::Reset(_) | Answer::Status(400) | Answer::Goaway(_) | Answer::Closed
+            ),
+            "{what}: refused, got {answer:?}"
+        );
+    }
+    rig.still_serves("malformed requests");
+    let leaked: Vec<String> = rig
+        .up
+        .all()
+        .iter()
+        .filter(|r| r.path != "/after")
+        .map(|r| format!("{} {} {:?}", r.method, r.path, r.headers))
+        .collect();
+    assert!(leaked.is_empty(), "forwarded: {leaked:#?}");
 }
