@@ -262,7 +262,10 @@ class E2E:
         self.names = [f"e2e-node-{i}" for i in range(NODE_COUNT)]
         self.serials = None
         self.deliberate_failures = 0
-        self.renewals_lost = {}  # ip -> renewals counted by a sidecar before it was killed
+        # ip -> counters of sidecar processes that were killed or restarted since (their
+        # metrics die with them): renewals, and json-rpc handshake failures
+        self.renewals_lost = collections.Counter()
+        self.rpc_failures_lost = collections.Counter()
         self.flow_windows = []  # (t0, t1) of the node flows, for rotation counting
         self.wall = {}  # phase -> (wall-clock start, end), to match log timestamps
 
@@ -533,10 +536,22 @@ class E2E:
         self.flow_windows.append((t0, time.monotonic()))
 
     def rpc_handshake_failures(self, inst):
+        """json-rpc handshake failures counted by the sidecar process running now."""
         return h.metric(
             h.scrape(inst.admin_url),
             "ironic_proxy_tls_handshake_failures_total",
             listener="json-rpc",
+        )
+
+    def save_sidecar_counters(self, inst):
+        """Keeps the counters of a sidecar that is about to be killed or restarted."""
+        try:
+            samples = h.scrape(inst.admin_url)
+        except requests.RequestException:
+            return
+        self.renewals_lost[inst.ip] += h.metric(samples, "ironic_proxy_certificate_renewals_total")
+        self.rpc_failures_lost[inst.ip] += h.metric(
+            samples, "ironic_proxy_tls_handshake_failures_total", listener="json-rpc"
         )
 
     def probe_rpc_ports(self):
@@ -594,12 +609,7 @@ class E2E:
         if not victims:
             raise h.Failure(f"no node is mapped to {victim.ip} before the kill: {ns}")
         affinity_before = self.owners_in_db(victims)
-        try:
-            self.renewals_lost[victim.ip] = h.metric(
-                h.scrape(victim.admin_url), "ironic_proxy_certificate_renewals_total"
-            )
-        except requests.RequestException:
-            self.renewals_lost[victim.ip] = 0
+        self.save_sidecar_counters(victim)
         reader = Reader(self.ca)
         reader.start()
         time.sleep(1)
@@ -725,15 +735,24 @@ class E2E:
         time.sleep(1)
         per = []
         w0 = time.time()
-        with Phase(self.s, "rolling restart of the 3 Ironic instances") as phase:
+        # Each instance is replaced as the kubelet replaces a pod with a native sidecar: SIGTERM
+        # to Ironic, then (once it is gone) SIGTERM to its sidecar, which drains; a while down;
+        # then the sidecar starts first (a fresh identity, exported anew) and Ironic after it.
+        with Phase(self.s, "rolling restart of the 3 instances (Ironic + sidecar)") as phase:
             for inst in self.instances:
                 t0 = time.monotonic()
                 stopped = self.procs.stop(inst.ironic, timeout=60)
-                time.sleep(2)  # the instance stays down a while, as in a real restart
+                self.save_sidecar_counters(inst)
+                drained = self.procs.stop(inst.sidecar, timeout=60)
+                time.sleep(2)  # the pod stays down a while, as in a real restart
+                self.start_sidecar(inst)
                 self.start_ironic(inst)
                 h.wait_for(f"Ironic {inst.ip} to serve again", lambda i=inst: self.serving(i), 120)
                 h.wait_for("the LB to see 3 healthy peers", lambda: self.lb_healthy() == 3, 30)
-                per.append(f"{inst.ip} {time.monotonic() - t0:.1f} s (stop {stopped:.1f} s)")
+                per.append(
+                    f"{inst.ip} {time.monotonic() - t0:.1f} s (Ironic stop {stopped:.1f} s, "
+                    f"sidecar drain {drained:.1f} s)"
+                )
             time.sleep(2)
         reader.stop()
         self.wall["rolling restart"] = (w0, time.time())
@@ -751,7 +770,8 @@ class E2E:
             f"{reader.failures} failed"
             + (f": {reader.errors}" if reader.errors else "")
             + f"; the LB retried {retried} requests on another endpoint meanwhile (a sidecar "
-            "answers 502 while its Ironic is down)",
+            "answers 502 while its Ironic is down, and refuses connections while it is down "
+            "itself)",
         )
         self.wait_three_conductors()
 
@@ -857,13 +877,14 @@ class E2E:
             samples = h.scrape(inst.admin_url)
             renewals[inst.ip] = h.metric(
                 samples, "ironic_proxy_certificate_renewals_total"
-            ) + self.renewals_lost.get(inst.ip, 0)
+            ) + self.renewals_lost[inst.ip]
         during_flows = {
             ip: sum(self.serials.changes_between(ip, a, b) for a, b in self.flow_windows)
             for ip in h.IPS
         }
         distinct = {ip: len({s for _, s in self.serials.changes[ip]}) for ip in h.IPS}
-        metric_rpc_failures = self.rpc_handshake_failures(self.instances[0])
+        first = self.instances[0]
+        metric_rpc_failures = self.rpc_handshake_failures(first) + self.rpc_failures_lost[first.ip]
         ssl_errors = []
         for inst in self.instances:
             with open(inst.ironic_log, errors="replace") as f:
