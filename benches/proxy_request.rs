@@ -9,7 +9,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
-use ironic_proxy::config::{Balance, HealthConfig, Limits, UpstreamAddr};
+use ironic_proxy::config::{Limits, UpstreamAddr};
 use ironic_proxy::metrics::Metrics;
 use ironic_proxy::proxy::pool::{Pool, PoolOptions};
 use ironic_proxy::proxy::{ConnInfo, Proxy};
@@ -43,17 +43,12 @@ fn one_request(c: &mut Criterion) {
         let listener = tokio::net::UnixListener::bind(&sock).expect("bind");
         tokio::spawn(upstream(listener));
         let metrics = Metrics::new();
-        let pool = Pool::new(PoolOptions {
-            name: "bench".into(),
-            local: Some(UpstreamAddr::Unix(sock.clone())),
-            dns: None,
-            peer_tls: None,
-            balance: Balance::LeastRequest,
-            health: HealthConfig::default(),
-            retries: 2,
-            max_response_head: 65_536,
-            metrics: metrics.clone(),
-        });
+        let pool = Pool::new(PoolOptions::local(
+            "bench",
+            UpstreamAddr::Unix(sock.clone()),
+            65_536,
+            metrics.clone(),
+        ));
         let proxy = Arc::new(Proxy::new("bench", pool, Limits::default(), metrics));
         let identity = ClientIdentity {
             hash: "ab".repeat(32),

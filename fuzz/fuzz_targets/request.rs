@@ -20,7 +20,7 @@ use http::{header, HeaderMap, HeaderName, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use ironic_proxy::config::{Balance, HealthConfig, Limits, UpstreamAddr};
+use ironic_proxy::config::{Limits, UpstreamAddr};
 use ironic_proxy::listen::serve_stream;
 use ironic_proxy::metrics::Metrics;
 use ironic_proxy::proxy::pool::{Pool, PoolOptions};
@@ -153,17 +153,12 @@ fn harness() -> &'static Harness {
             let listener = UnixListener::bind(&sock).expect("bind the upstream socket");
             tokio::spawn(serve_upstream(listener, upstream.clone()));
             let metrics = Metrics::new();
-            let pool = Pool::new(PoolOptions {
-                name: "fuzz".into(),
-                local: Some(UpstreamAddr::Unix(sock.clone())),
-                dns: None,
-                peer_tls: None,
-                balance: Balance::LeastRequest,
-                health: HealthConfig::default(),
-                retries: 2,
-                max_response_head: limits.header_bytes,
-                metrics: metrics.clone(),
-            });
+            let pool = Pool::new(PoolOptions::local(
+                "fuzz",
+                UpstreamAddr::Unix(sock.clone()),
+                limits.header_bytes,
+                metrics.clone(),
+            ));
             Arc::new(Proxy::new("fuzz", pool, limits.clone(), metrics))
         });
         Harness {

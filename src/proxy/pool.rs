@@ -79,6 +79,29 @@ pub struct PoolOptions {
     pub metrics: Metrics,
 }
 
+impl PoolOptions {
+    /// A sidecar's upstream: one `local` endpoint, no peers, the default balancing, health and
+    /// retries. For embedding the proxy without a config file (benchmarks, fuzzing).
+    pub fn local(
+        name: &str,
+        addr: UpstreamAddr,
+        max_response_head: usize,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            local: Some(addr),
+            dns: None,
+            peer_tls: None,
+            balance: crate::config::Balance::LeastRequest,
+            health: HealthConfig::default(),
+            retries: 2,
+            max_response_head,
+            metrics,
+        }
+    }
+}
+
 fn health_options(h: &HealthConfig) -> HealthOptions {
     HealthOptions {
         path: h.path.clone(),
