@@ -405,7 +405,8 @@ fn ping_and_settings_floods_from_a_client_that_never_reads_stay_bounded() {
 
 /// A client that never opens its flow-control window (initial window 0) and asks for 1 MiB:
 /// the response cannot move, and the connection must not be held forever. The proxy gives it
-/// `idle_timeout` of no progress, as it does an HTTP/1.1 client that stops reading.
+/// one to two `idle_timeout`s of no progress (the driver compares a progress counter at its
+/// checks), as it gives an HTTP/1.1 client that stops reading `idle_timeout`.
 #[test]
 fn a_client_that_never_opens_its_window_is_cut_after_the_idle_timeout() {
     let rig = rig_with_idle_timeout("2s");
@@ -426,7 +427,7 @@ fn a_client_that_never_opens_its_window_is_cut_after_the_idle_timeout() {
     assert_ne!(end, End::Open, "a stalled HTTP/2 connection must be ended");
     assert!(
         took >= Duration::from_millis(1800) && took < Duration::from_secs(10),
-        "ended after {took:?}, want about idle_timeout (2 s)"
+        "ended after {took:?}, want one to two idle_timeouts (2 s)"
     );
     assert_eq!(responses, 1, "the response head went out");
     rig.still_serves("a never-opened window");

@@ -9,8 +9,8 @@
 //! While a request runs there is no deadline (the upstream has `upstream_timeout`), except when
 //! the client stops reading: a response write that makes no progress for `idle_timeout`, or a
 //! response that waits on the client (its body not polled, or holding data) while nothing moves
-//! for `idle_timeout` (an HTTP/2 client that never opens its flow-control window writes nothing
-//! that could stall), ends the connection. So a client that never reads (slow read) cannot hold
+//! between two of the driver's checks and `idle_timeout` after (an HTTP/2 client that never
+//! opens its flow-control window writes nothing that could stall), ends the connection. So a client that never reads (slow read) cannot hold
 //! it, and the upstream connection its response comes from, forever. A body waiting on a slow
 //! upstream is not the client's doing and sets no deadline.
 //!
@@ -39,9 +39,15 @@ pub(crate) struct ConnClock {
     /// Responses in flight whose body waits on the client: the head is out and the body was
     /// not polled since, or its last poll gave data. Not those waiting on the upstream.
     on_client: AtomicUsize,
-    /// Milliseconds after `accepted` + 1 of the last sign that the client reads: a response
-    /// ready, a body polled, a write gone through.
+    /// Counts signs that the client reads: a response ready, a body polled, bytes written.
+    /// A plain counter, so the request path reads no clock for it; the driver compares it
+    /// between its checks ([`ConnClock::observe`]).
     progress: AtomicU64,
+    /// `progress` at the driver's last check.
+    progress_seen: AtomicU64,
+    /// Milliseconds after `accepted` + 1 of the check since which a response waits on the
+    /// client and `progress` has not moved; 0 when none waits.
+    still_since: AtomicU64,
     served: AtomicU64,
     /// Milliseconds after `accepted` at which the last request ended.
     idle_since: AtomicU64,
@@ -66,6 +72,8 @@ impl ConnClock {
             in_flight: AtomicUsize::new(0),
             on_client: AtomicUsize::new(0),
             progress: AtomicU64::new(0),
+            progress_seen: AtomicU64::new(0),
+            still_since: AtomicU64::new(0),
             served: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
@@ -86,9 +94,27 @@ impl ConnClock {
         }
     }
 
+    /// Not an atomic increment: only its change matters, and a lost one among racing HTTP/2
+    /// streams still changes it.
     fn note_progress(&self) {
-        self.progress
-            .store(self.since_accepted() + 1, Ordering::Release);
+        let n = self.progress.load(Ordering::Relaxed);
+        self.progress.store(n.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// The driver's check at `now`: notes whether the client made progress since the last one.
+    pub(crate) fn observe(&self, now: Instant) {
+        let moved = self.progress.load(Ordering::Relaxed);
+        let waiting = self.on_client.load(Ordering::Acquire) > 0;
+        if !waiting {
+            self.still_since.store(0, Ordering::Release);
+        } else if moved != self.progress_seen.load(Ordering::Relaxed)
+            || self.still_since.load(Ordering::Acquire) == 0
+        {
+            let ms = u64::try_from(now.saturating_duration_since(self.accepted).as_millis())
+                .unwrap_or(u64::MAX - 1);
+            self.still_since.store(ms + 1, Ordering::Release);
+        }
+        self.progress_seen.store(moved, Ordering::Relaxed);
     }
 
     fn note_read(&self) {
@@ -119,7 +145,7 @@ impl ConnClock {
     /// nothing to flush, which the driver's own wake-ups cause, is no sign of a reading client).
     fn note_write_progress(&self, wrote: bool) {
         self.write_stalled.store(0, Ordering::Release);
-        if wrote && self.on_client.load(Ordering::Acquire) > 0 {
+        if wrote {
             self.note_progress();
         }
     }
@@ -140,9 +166,9 @@ impl ConnClock {
                 |ms: u64| self.accepted + Duration::from_millis(ms - 1) + self.idle_timeout;
             let stalled = self.write_stalled.load(Ordering::Acquire);
             let stalled = (stalled > 0).then(|| after_idle(stalled));
-            let progress = self.progress.load(Ordering::Acquire);
-            let unread = (self.on_client.load(Ordering::Acquire) > 0 && progress > 0)
-                .then(|| after_idle(progress));
+            let still = self.still_since.load(Ordering::Acquire);
+            let unread = (self.on_client.load(Ordering::Acquire) > 0 && still > 0)
+                .then(|| after_idle(still));
             return match (stalled, unread) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -568,17 +594,27 @@ mod tests {
         );
         g.responding();
         let ready = Instant::now();
+        c.observe(ready);
         let d = c.deadline().expect("the body waits on the client");
         assert!(d <= ready + Duration::from_secs(60));
         assert!(d + Duration::from_millis(2) >= ready + Duration::from_secs(60));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        c.observe(Instant::now());
+        assert_eq!(c.deadline(), Some(d), "no progress: the deadline stays");
         g.polled(true);
+        c.observe(Instant::now());
         assert_eq!(c.deadline(), None, "the body waits on the upstream");
         tokio::time::advance(Duration::from_secs(30)).await;
         g.polled(false);
+        c.observe(Instant::now());
         let d = c
             .deadline()
             .expect("data handed out, waiting on the client");
         assert!(d >= Instant::now() + Duration::from_millis(59_990));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        c.note_write_progress(true);
+        c.observe(Instant::now());
+        assert!(c.deadline().unwrap() > d, "bytes written: progress");
         drop(g);
         assert!(c.deadline().unwrap() >= Instant::now() + Duration::from_millis(59_990));
         assert_eq!(c.on_client.load(Ordering::Acquire), 0);

@@ -91,6 +91,7 @@ impl<C: Graceful> Future for Drive<C> {
         }
         while this.check.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
+            this.clock.observe(now);
             if this.clock.deadline().is_some_and(|d| d <= now) {
                 // Idle, a head too slow, or a client that stopped reading its response.
                 return Poll::Ready(());
