@@ -10,9 +10,10 @@
 //! the client stops reading: a response write that makes no progress for `idle_timeout`, or a
 //! response that waits on the client (its body not polled, or holding data) while nothing moves
 //! between two of the driver's checks and `idle_timeout` after (an HTTP/2 client that never
-//! opens its flow-control window writes nothing that could stall), ends the connection. So a client that never reads (slow read) cannot hold
-//! it, and the upstream connection its response comes from, forever. A body waiting on a slow
-//! upstream is not the client's doing and sets no deadline.
+//! opens its flow-control window writes nothing that could stall), ends the connection. So a
+//! client that never reads (slow read) cannot hold it, and the upstream connection its response
+//! comes from, forever. A body waiting on a slow upstream is not the client's doing and sets no
+//! deadline.
 //!
 //! The clock is checked lazily: nothing on the request path touches a timer or wakes the
 //! connection's driver. The driver sleeps until [`ConnClock::next_check`], which is never later
@@ -241,9 +242,9 @@ impl Drop for InFlight {
 /// line, `content-length: 0`, `date`).
 ///
 /// **Lingering close.** When hyper closes a connection whose client is still sending (a 413 in
-/// the middle of a body, a refused head: the framing guard is mid-message), closing the socket with unread bytes would make
-/// the kernel answer them with a reset, and a reset can destroy the response before the client
-/// reads it. So the write side is shut first, and what the client still sends is read and
+/// the middle of a body, a refused head: the framing guard is mid-message), closing the socket
+/// with unread bytes would make the kernel answer them with a reset, and a reset can destroy
+/// the response before the client reads it. So the write side is shut first, and what the client still sends is read and
 /// dropped until it closes too, for at most [`LINGER_TIME`] and [`LINGER_BYTES`] (nginx's
 /// `lingering_close`).
 pub(crate) struct Http1 {

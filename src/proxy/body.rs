@@ -3,8 +3,11 @@
 //! Request bodies are either buffered (small, known length: replayable on another endpoint) or
 //! streamed through [`Limited`], which enforces `max_body_bytes` and `body_timeout` (the whole
 //! body, however slowly it trickles) and records why it stopped so the service can answer 413,
-//! 408 or 400 instead of a generic 502 that would blame (and eject) a healthy upstream. Response bodies carry a guard that runs when the response ends,
-//! finished or aborted: it closes the in-flight count of the connection and writes the access log.
+//! 408 or 400 instead of a generic 502 that would blame (and eject) a healthy upstream.
+//!
+//! Response bodies tell the connection of every poll ([`Progress`]: whether the client or the
+//! upstream is being waited on) and carry a guard that runs when the response ends, finished or
+//! aborted: it closes the in-flight count of the connection and writes the access log.
 
 use crate::proxy::upstream::Lease;
 use bytes::Bytes;
