@@ -206,7 +206,8 @@ fn valid_certificate_outside_allow_gets_403_json_and_never_reaches_the_upstream(
         assert_eq!(json["status"], "403");
     }
 
-    // Python requests, as Ironic's JSON-RPC client: 403 on every request of the session.
+    // Python requests, as Ironic's JSON-RPC client: 403 on every request of the session (each
+    // 403 closes its connection, so the session opens a new one for the next).
     let leaf = sb.ca.client_leaf(&["conductor.elsewhere.test"]);
     let (crt, key) = sb.client_files(&leaf, "py");
     let out = python(
@@ -216,7 +217,7 @@ s = requests.Session()
 for i in range(2):
     r = s.post(sys.argv[1], json={"method": "x", "id": i}, cert=(sys.argv[3], sys.argv[4]),
                verify=sys.argv[2], timeout=10)
-    print(r.status_code, r.json()["error"])
+    print(r.status_code, r.json()["error"], r.headers.get("connection"))
 "#,
         &[
             &url,
@@ -225,7 +226,10 @@ for i in range(2):
             key.to_str().unwrap(),
         ],
     );
-    assert_eq!(out.stdout, "403 forbidden\n403 forbidden\n", "{out:?}");
+    assert_eq!(
+        out.stdout, "403 forbidden close\n403 forbidden close\n",
+        "{out:?}"
+    );
     assert!(
         up.all().is_empty(),
         "nothing outside allow reaches the upstream: {:?}",

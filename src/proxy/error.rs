@@ -100,9 +100,14 @@ impl ProxyError {
     /// `{"error":"…","status":…,"message":"…"}`.
     pub fn to_response(&self) -> Response<ResponseBody> {
         let mut resp = json_response(self.status(), self.code(), &self.message());
-        if matches!(self, Self::BadRequest(_)) {
+        if matches!(self, Self::BadRequest(_) | Self::Forbidden) {
             // RFC 9112 §6.3: after rejecting a request whose framing we do not trust, close the
-            // connection; parsing on would take the rejected body for the next request.
+            // connection; parsing on would take the rejected body for the next request. A
+            // client outside `allow` is answered before its body is read: hyper could keep the
+            // connection only by draining a body that has already arrived, which races with
+            // the client's send (Python's http.client sends the body after the head), so its
+            // next request could meet a closed connection. Closing says so: a client opens a
+            // new connection and gets its 403 again.
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
