@@ -150,6 +150,7 @@ impl Server {
                         refresh: config.dns.refresh,
                         min_ttl: Duration::from_secs(1),
                         hold_on_empty: config.dns.hold_on_empty,
+                        fallback: lc.upstream.fallback.clone(),
                     };
                     let (rx, _task) =
                         discovery::spawn(lc.name.clone(), target, opts, metrics.clone())

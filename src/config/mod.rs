@@ -187,6 +187,8 @@ pub struct UpstreamConfig {
     pub local: Option<UpstreamAddr>,
     /// `name:port` or `srv:_service._proto.name`, resolved by the discovery module.
     pub dns: Option<String>,
+    /// Peers used only while `dns` has given none (discovery::DiscoveryOptions::fallback).
+    pub fallback: Vec<SocketAddr>,
     pub tls: bool,
     pub balance: Balance,
     pub health: HealthConfig,
@@ -705,6 +707,7 @@ fn upstream_from_raw(v: toml::Value, path: &str, f: &mut Fields) -> Option<Upstr
         toml::Value::String(s) => RawUpstream {
             local: Some(s),
             dns: None,
+            fallback: None,
             tls: None,
             balance: None,
             health: None,
@@ -738,6 +741,19 @@ fn upstream_from_raw(v: toml::Value, path: &str, f: &mut Fields) -> Option<Upstr
     if raw.local.is_none() && raw.dns.is_none() {
         f.push(path, msg("needs local, dns, or both"));
     }
+    let fallback: Vec<SocketAddr> = raw
+        .fallback
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| f.parse::<SocketAddr>(&format!("{path}.fallback[{i}]"), s))
+        .collect();
+    if !fallback.is_empty() && raw.dns.is_none() {
+        f.push(
+            format!("{path}.fallback"),
+            msg("is only used while dns gives no peer: it needs dns (a fixed peer is local)"),
+        );
+    }
     let balance = match raw.balance.as_deref().unwrap_or("least_request") {
         "least_request" => Balance::LeastRequest,
         "round_robin" => Balance::RoundRobin,
@@ -755,6 +771,7 @@ fn upstream_from_raw(v: toml::Value, path: &str, f: &mut Fields) -> Option<Upstr
     Some(UpstreamConfig {
         local,
         dns: raw.dns,
+        fallback,
         tls: raw.tls.unwrap_or(false),
         balance,
         health,

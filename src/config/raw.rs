@@ -76,6 +76,7 @@ pub(super) struct RawListener {
 pub(super) struct RawUpstream {
     pub local: Option<String>,
     pub dns: Option<String>,
+    pub fallback: Option<Vec<String>>,
     pub tls: Option<bool>,
     pub balance: Option<String>,
     pub health: Option<RawHealth>,

@@ -120,6 +120,9 @@ impl Config {
             if let Some(dns) = &u.dns {
                 let _ = writeln!(o, "dns = {}", q(dns));
             }
+            if !u.fallback.is_empty() {
+                let _ = writeln!(o, "fallback = {}", list(&u.fallback));
+            }
             let balance = match u.balance {
                 super::Balance::LeastRequest => "least_request",
                 super::Balance::RoundRobin => "round_robin",
