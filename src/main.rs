@@ -1,8 +1,8 @@
 //! The `ironic-proxy` binary: parse the command line, start tracing, load the configuration,
 //! start the server, wait for signals, drain.
 
-use clap::{Parser, Subcommand, ValueEnum};
-use ironic_proxy::config::{Config, ProcessEnv};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ironic_proxy::config::{profile, Config, ProcessEnv};
 use ironic_proxy::pki;
 use ironic_proxy::server::Server;
 use std::path::PathBuf;
@@ -33,17 +33,10 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the proxy.
-    Run {
-        /// Configuration file; without it, the embedded dev default.
-        #[arg(long, env = "IRONIC_PROXY_CONFIG")]
-        config: Option<PathBuf>,
-    },
-    /// Validate a configuration and print the effective configuration.
-    Check {
-        #[arg(long)]
-        config: PathBuf,
-    },
+    /// Run the proxy (without --config or --profile: the embedded dev configuration).
+    Run(Source),
+    /// Validate a configuration or profile and print the effective configuration.
+    Check(Source),
     /// Operator CA: `ca init`.
     #[command(subcommand)]
     Ca(pki::CaCommand),
@@ -52,22 +45,50 @@ enum Command {
     Cert(pki::CertCommand),
 }
 
+/// Where the configuration comes from: a file, a built-in profile, or (`run` only) neither.
+#[derive(Args)]
+struct Source {
+    /// Configuration file.
+    #[arg(long, env = "IRONIC_PROXY_CONFIG", conflicts_with = "profile")]
+    config: Option<PathBuf>,
+    /// Built-in profile configured from environment variables: sidecar, sidecar-openshift,
+    /// balancer (docs/reference.md).
+    #[arg(long, env = "IRONIC_PROXY_PROFILE")]
+    profile: Option<String>,
+}
+
+impl Source {
+    fn load(&self) -> Result<Config, Box<dyn std::error::Error>> {
+        Ok(match (&self.config, &self.profile) {
+            (Some(path), _) => Config::load(path, &ProcessEnv)?,
+            (None, Some(name)) => profile::load(name, &ProcessEnv)?,
+            (None, None) => {
+                tracing::warn!(
+                    "no --config or --profile: serving the embedded DEV configuration \
+                     (config/default.toml), whose private keys are public; never use it \
+                     outside development"
+                );
+                Config::parse(DEFAULT_CONFIG, &ProcessEnv)?
+            }
+        })
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     match cli.command {
-        Command::Run { config } => {
-            let parsed = match &config {
-                Some(path) => Config::load(path, &ProcessEnv),
-                None => Config::parse(DEFAULT_CONFIG, &ProcessEnv),
-            };
-            let config = match parsed {
-                Ok(c) => c,
-                Err(e) => return fail(&e),
-            };
-            run(config)
+        Command::Run(source) => match source.load() {
+            Ok(config) => run(config),
+            Err(e) => fail(e.as_ref()),
+        },
+        Command::Check(source) => {
+            if source.config.is_none() && source.profile.is_none() {
+                eprintln!("ironic-proxy: check needs --config FILE or --profile NAME");
+                return ExitCode::from(2);
+            }
+            check(&source)
         }
-        Command::Check { config } => check(&config),
         Command::Ca(cmd) => pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
         Command::Cert(cmd) => pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
     }
@@ -112,10 +133,10 @@ fn log_filter(spec: Option<&str>) -> tracing_subscriber::filter::Targets {
     }
 }
 
-fn check(path: &std::path::Path) -> ExitCode {
-    let config = match Config::load(path, &ProcessEnv) {
+fn check(source: &Source) -> ExitCode {
+    let config = match source.load() {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(e.as_ref()),
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -7,6 +7,7 @@
 //! certificate files exist and parse is the identity module's business (`check` runs both).
 
 mod interp;
+pub mod profile;
 mod raw;
 mod render;
 #[cfg(test)]
@@ -349,7 +350,7 @@ impl Config {
 
     /// Parses configuration text.
     pub fn parse(text: &str, env: &dyn Env) -> Result<Self, ConfigError> {
-        let mut tree: toml::Value = toml::from_str::<toml::Table>(text)
+        let tree: toml::Value = toml::from_str::<toml::Table>(text)
             .map(toml::Value::Table)
             .map_err(|source| {
                 let at = source.span().map_or(0, |r| r.start.min(text.len()));
@@ -361,6 +362,11 @@ impl Config {
                     source: Box::new(source),
                 }
             })?;
+        Self::from_tree(tree, env)
+    }
+
+    /// Interpolates and types an already-read TOML tree (the built-in profiles assemble theirs).
+    fn from_tree(mut tree: toml::Value, env: &dyn Env) -> Result<Self, ConfigError> {
         let mut interp_errors = Vec::new();
         interp::expand_tree(&mut tree, "", env, &mut interp_errors);
         if !interp_errors.is_empty() {
