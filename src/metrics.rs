@@ -1,6 +1,6 @@
 //! Every Prometheus metric family of the process, registered once in one registry.
 //!
-//! Names are public (DESIGN.md "Admin and metrics"): all carry the `ironic_proxy_` prefix, which
+//! Names are public (docs/reference.md, "Metrics"): all carry the `ironic_proxy_` prefix, which
 //! the registry adds. Modules receive a cheap clone of [`Metrics`] and record into it; the admin
 //! listener encodes the registry in the Prometheus text format.
 

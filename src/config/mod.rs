@@ -1,4 +1,4 @@
-//! Configuration: the TOML file of DESIGN.md, parsed into typed values.
+//! Configuration: the TOML file of docs/reference.md, parsed into typed values.
 //!
 //! Parse, don't validate: [`Config::parse`] reads TOML, interpolates `${VAR}` in every string,
 //! mirrors it into `raw` structs that reject unknown keys, then converts each field into its
@@ -193,7 +193,7 @@ pub struct UpstreamConfig {
     pub tls: bool,
     pub balance: Balance,
     pub health: HealthConfig,
-    /// Further tries on another endpoint (DESIGN: default 2).
+    /// Further tries on another endpoint (default 2).
     pub retries: u32,
 }
 
@@ -517,7 +517,7 @@ fn deserialize<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Errors are printed as one line on stderr (DESIGN: exit 1 with a one-line reason).
+/// Errors are printed as one line on stderr (exit 1 with a one-line reason).
 fn one_line(s: &str) -> String {
     s.lines()
         .map(str::trim)

@@ -5,7 +5,7 @@
 //! task that re-resolves it and publishes the resulting [`EndpointSet`] through a
 //! [`tokio::sync::watch`] channel.
 //!
-//! What it guarantees (the operator's view, DESIGN.md "It depends on nothing in the cluster but
+//! What it guarantees (the operator's view: "it depends on nothing in the cluster but
 //! DNS, and keeps serving from its last known peers when DNS itself is down"):
 //!
 //! - **Refresh.** The name is re-resolved every `refresh`, earlier when the shortest TTL of the

@@ -1,5 +1,5 @@
 //! The forwarding service: one request in, one request to an upstream endpoint, one response
-//! out, with the limits, header hygiene and error statuses of DESIGN.md.
+//! out, with the limits, header hygiene and error statuses of docs/reference.md.
 //!
 //! Request bodies up to [`BUFFER_LIMIT`], of known length or chunked, are read completely (within
 //! `body_timeout`) before an upstream is contacted: Ironic's JSON bodies are small, a slow or
@@ -237,7 +237,7 @@ impl Proxy {
         self.send_with_retries(parts, body, via_proxy, &cut).await
     }
 
-    /// Sends to the picked endpoint, retrying on another one as DESIGN allows: any request that
+    /// Sends to the picked endpoint, retrying on another one as docs/reference.md says: any request that
     /// failed before a byte reached an upstream (connect refused or timed out, TLS failure), and
     /// GET, HEAD and OPTIONS also after a reset, a timeout or a 502/503/504 answer; never a
     /// streamed body, never past `upstream_timeout` counted from the first try.

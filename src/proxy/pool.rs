@@ -5,7 +5,7 @@
 //!   [`Peer`] (pool, health, checker) of every address that remains, so health carries over.
 //!   A new peer takes traffic only after its first active check passes.
 //! - `local` is used while available; when it is the only endpoint it is always tried (a
-//!   refused connect then answers 502, the status DESIGN gives a sidecar whose Ironic restarts).
+//!   refused connect then answers 502, the status the contract gives a sidecar whose Ironic restarts).
 //! - Loop safety: a request that already came through an ironic-proxy (`Via`) only goes to
 //!   `local`, never to a peer again.
 

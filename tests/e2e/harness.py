@@ -4,7 +4,7 @@ load balancer, the Ironic instances, and the readers of their logs and metrics.
 Everything runs on 127.0.0.0/8 from one temporary directory. Every process is started in its
 own session (setsid), so that it and its children form one process group whose id is the pid
 we started; stopping signals that group only. Ironic needs this anyway: its SIGUSR2 handler
-signals its whole process group (IRONIC.md).
+signals its whole process group (docs/e2e.md).
 """
 
 import datetime
@@ -176,7 +176,7 @@ class Procs:
 
 
 class MariaDB:
-    """A private MariaDB: own datadir and socket, no TCP (IRONIC.md)."""
+    """A private MariaDB: own datadir and socket, no TCP (docs/e2e.md)."""
 
     def __init__(self, root, procs):
         self.dir = os.path.join(root, "mysql")
@@ -298,7 +298,7 @@ def sidecar_config(inst, ca_dir, peer_ips):
     """The sidecar of one instance: mutual TLS for JSON-RPC, TLS for the API, both forwarded to
     Ironic's unix sockets; identity self-issued for the instance's IP and exported for Ironic's
     JSON-RPC client. Same shape as config/sidecar.toml with the test's addresses, a short
-    validity and no DNS peers (DESIGN: a request that came through a proxy only goes local)."""
+    validity and no DNS peers (a request that came through a proxy only goes local)."""
     allow = ", ".join(f'"ip:{ip}/32"' for ip in peer_ips)
     return f"""# Sidecar of the Ironic instance {inst.ip} (written by tests/e2e/harness.py).
 [identity]
@@ -368,7 +368,7 @@ health = {{ path = "/", interval = "2s", timeout = "1s", unhealthy_after = 2, he
 
 
 def ironic_conf(inst, db_url):
-    """ironic.conf of one all-in-one instance (IRONIC.md, with the short timers)."""
+    """ironic.conf of one all-in-one instance (docs/e2e.md, with the short timers)."""
     fake_and_none = ["bios", "console", "firmware", "inspect", "raid", "rescue", "vendor"]
     lines = "\n".join(f"enabled_{i}_interfaces = fake,no-{i}" for i in fake_and_none)
     return f"""[DEFAULT]
