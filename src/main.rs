@@ -129,6 +129,11 @@ fn check(path: &std::path::Path) -> ExitCode {
             return fail(&e);
         }
     }
+    for (index, l) in config.listeners.iter().enumerate() {
+        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::auth::check(index, a)) {
+            return fail(&e);
+        }
+    }
     print!("{}", config.render());
     ExitCode::SUCCESS
 }

@@ -27,6 +27,8 @@ pub enum ServerError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Listen(#[from] ListenError),
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
     #[error("admin.listen: cannot bind {addr}: {source}")]
     Admin {
         addr: SocketAddr,
@@ -179,12 +181,22 @@ impl Server {
                 metrics: metrics.clone(),
             });
             readiness.add(Box::new(PoolCheck(upstream.clone())));
-            let proxy = Arc::new(Proxy::new(
-                &lc.name,
-                upstream,
-                config.limits.clone(),
-                metrics.clone(),
-            ));
+            let gate = match &lc.auth {
+                Some(a) => {
+                    let every = config
+                        .identity
+                        .as_ref()
+                        .map_or(Duration::from_secs(2), |i| i.watch_interval);
+                    Some(crate::auth::Gate::start(
+                        &lc.name, index, a, every, &metrics,
+                    )?)
+                }
+                None => None,
+            };
+            let proxy = Arc::new(
+                Proxy::new(&lc.name, upstream, config.limits.clone(), metrics.clone())
+                    .with_auth(gate),
+            );
             let tls = match (lc.tls, &identity) {
                 (TlsMode::None, _) | (_, None) => None,
                 (mode, Some(id)) => {

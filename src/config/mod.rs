@@ -180,6 +180,8 @@ pub struct ListenerConfig {
     pub http2: bool,
     pub allow: Vec<AllowRule>,
     pub upstream: UpstreamConfig,
+    /// `[listeners.auth]`: HTTP Basic authentication.
+    pub auth: Option<crate::auth::AuthConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -689,6 +691,9 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         );
     }
     let upstream = upstream_from_raw(l.upstream, &format!("{path}.upstream"), f);
+    let auth = l
+        .auth
+        .and_then(|v| crate::auth::from_toml(v, &format!("{path}.auth"), &mut |p, e| f.push(p, e)));
     let name = l.name.unwrap_or_else(|| l.listen.clone());
     Some(ListenerConfig {
         name,
@@ -697,6 +702,7 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         http2: l.http2.unwrap_or(tls != TlsMode::None),
         allow,
         upstream: upstream?,
+        auth,
     })
 }
 

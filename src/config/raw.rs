@@ -69,6 +69,8 @@ pub(super) struct RawListener {
     pub allow: Option<Vec<String>>,
     /// A string (`local` shorthand) or a table; typed in `from_raw`.
     pub upstream: toml::Value,
+    /// `[listeners.auth]`, typed by `crate::auth::from_toml`.
+    pub auth: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -137,6 +137,9 @@ impl Config {
                 h.unhealthy_after,
                 h.healthy_after
             );
+            if let Some(a) = &lc.auth {
+                let _ = writeln!(o, "{}", a.render(&q));
+            }
         }
         o
     }
