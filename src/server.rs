@@ -128,6 +128,8 @@ impl Server {
     pub async fn start(config: Config) -> Result<Self, ServerError> {
         let metrics = Metrics::new();
         contain_panics(&metrics);
+        // Before any TLS configuration is built.
+        tls::policy::install(&config.tls);
         let readiness = Arc::new(Readiness::default());
         let identity = match &config.identity {
             Some(cfg) => Some(identity::start(cfg, &metrics).await?),

@@ -67,6 +67,8 @@ pub struct Config {
     pub dns: DnsConfig,
     pub limits: Limits,
     pub listeners: Vec<ListenerConfig>,
+    /// `[tls]`: versions, suites and groups for every listener and for peers.
+    pub tls: crate::tls::policy::TlsPolicy,
 }
 
 #[derive(Clone, Debug)]
@@ -454,6 +456,9 @@ impl Config {
         };
 
         let identity = raw.identity.and_then(|id| identity_from_raw(id, &mut f));
+        let tls = raw.tls.map_or_else(Default::default, |v| {
+            crate::tls::policy::from_toml(v, &mut |p, e| f.push(p, e))
+        });
 
         let mut listeners = Vec::new();
         let mut names = std::collections::HashSet::new();
@@ -487,6 +492,7 @@ impl Config {
             dns,
             limits,
             listeners,
+            tls,
         })
     }
 }

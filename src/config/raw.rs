@@ -10,6 +10,8 @@ pub(super) struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub dns: Option<RawDns>,
     pub limits: Option<RawLimits>,
+    /// `[tls]`, typed by `crate::tls::policy::from_toml`.
+    pub tls: Option<toml::Value>,
     #[serde(default)]
     pub listeners: Vec<RawListener>,
 }

@@ -98,6 +98,7 @@ impl Config {
             l.max_body_bytes,
             d(l.drain_timeout)
         );
+        let _ = writeln!(o, "{}", self.tls.render());
         for lc in &self.listeners {
             let tls = match lc.tls {
                 TlsMode::None => "none",
