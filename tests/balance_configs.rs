@@ -25,6 +25,7 @@ fn pod_env(dir: &Path) -> Vec<(&'static str, String)> {
         ("IRONIC_PROXY_CA_DIR", p("ca")),
         ("IRONIC_PROXY_EXPORT_DIR", p("export")),
         ("IRONIC_PROXY_SOCKET_DIR", p("run")),
+        ("IRONIC_PROXY_AUTH_DIR", p("auth")),
     ]
 }
 
@@ -38,6 +39,7 @@ const VARS: &[&str] = &[
     "IRONIC_PROXY_CA_DIR",
     "IRONIC_PROXY_EXPORT_DIR",
     "IRONIC_PROXY_SOCKET_DIR",
+    "IRONIC_PROXY_AUTH_DIR",
     "IRONIC_PROXY_SERVICE",
     "IRONIC_PROXY_CLUSTER_DOMAIN",
     "IRONIC_PROXY_ADMIN_LISTEN",
@@ -88,9 +90,15 @@ fn daemonset_and_sidecar_configs_pass_check_with_their_pod_environment() {
         ],
     );
     std::fs::copy(&ca.0, d.join("ca/ca-bundle.crt")).expect("bundle");
-    for sub in ["export", "run"] {
+    for sub in ["export", "run", "auth"] {
         std::fs::create_dir(d.join(sub)).expect("dir");
     }
+    // A sample htpasswd ("test", bcrypt cost 5) for the sidecar's [listeners.auth].
+    std::fs::write(
+        d.join("auth/htpasswd"),
+        "ironic:$2b$05$kaQpdePScv6qt72sEXVIOORift9MoiLEeYvsNnGFO4FHxOejfZhHa\n",
+    )
+    .expect("htpasswd");
     let env = pod_env(d);
     let file = |name: &str| PathBuf::from(ROOT).join("config").join(name);
     let (daemonset, sidecar) = (file("daemonset.toml"), file("sidecar.toml"));
