@@ -130,6 +130,11 @@ impl Server {
         contain_panics(&metrics);
         // Before any TLS configuration is built.
         tls::policy::install(&config.tls);
+        tracing::info!(
+            fips = tls::fips(),
+            min_version = ?config.tls.min_version,
+            "crypto: aws-lc-rs"
+        );
         let readiness = Arc::new(Readiness::default());
         let identity = match &config.identity {
             Some(cfg) => Some(identity::start(cfg, &metrics).await?),

@@ -127,9 +127,17 @@ fn check_prints_the_policy_and_bad_names_name_the_key() {
     };
     let out = check("min_version = \"1.3\"");
     assert!(out.ok(), "{out:?}");
+    let fips = if cfg!(feature = "fips") { "yes" } else { "no" };
+    assert!(
+        out.stdout.contains(&format!(
+            "[tls]\n# crypto: aws-lc-rs, FIPS module: {fips}\n"
+        )),
+        "{}",
+        out.stdout
+    );
     assert!(
         out.stdout.contains(
-            "[tls]\nmin_version = \"1.3\"\ncipher_suites = [\"TLS_AES_256_GCM_SHA384\", \
+            "min_version = \"1.3\"\ncipher_suites = [\"TLS_AES_256_GCM_SHA384\", \
              \"TLS_AES_128_GCM_SHA256\", \"TLS_CHACHA20_POLY1305_SHA256\"]\n"
         ),
         "{}",

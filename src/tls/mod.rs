@@ -35,6 +35,12 @@ pub fn provider() -> rustls::crypto::CryptoProvider {
     p
 }
 
+/// True when every algorithm in use comes from the FIPS-validated AWS-LC module (a build with
+/// the `fips` feature; see docs/operator-guide.md).
+pub fn fips() -> bool {
+    provider().fips()
+}
+
 /// aws-lc-rs with rustls' defaults, before the policy.
 pub(crate) fn base_provider() -> rustls::crypto::CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()

@@ -173,6 +173,12 @@ pub fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> 
                 .find(|(iana, openssl, _)| n == iana || n == openssl)
                 .and_then(|(_, _, c)| ALL_CIPHER_SUITES.iter().find(|s| s.suite() == *c));
             match found {
+                Some(s) if cfg!(feature = "fips") && !s.fips() => error(
+                    format!("tls.cipher_suites[{i}]"),
+                    Box::new(Msg(format!(
+                        "{n:?} is not FIPS-approved (this is a FIPS build)"
+                    ))),
+                ),
                 Some(s) if !suites.contains(s) => suites.push(*s),
                 Some(_) => error(
                     format!("tls.cipher_suites[{i}]"),
@@ -213,6 +219,12 @@ pub fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> 
         let mut groups: Vec<&'static dyn SupportedKxGroup> = Vec::new();
         for (i, n) in names.iter().enumerate() {
             match group(n) {
+                Some(g) if cfg!(feature = "fips") && !g.fips() => error(
+                    format!("tls.groups[{i}]"),
+                    Box::new(Msg(format!(
+                        "{n:?} is not FIPS-approved (this is a FIPS build)"
+                    ))),
+                ),
                 Some(g) if !groups.iter().any(|h| h.name() == g.name()) => groups.push(g),
                 Some(_) => error(
                     format!("tls.groups[{i}]"),
@@ -296,7 +308,10 @@ impl TlsPolicy {
             .iter()
             .map(|g| format!("\"{}\"", group_name(*g)))
             .collect();
-        let mut o = String::from("[tls]\n");
+        let mut o = format!(
+            "[tls]\n# crypto: aws-lc-rs, FIPS module: {}\n",
+            if p.fips() { "yes" } else { "no" }
+        );
         let v = match self.min_version {
             MinVersion::Tls12 => "1.2",
             MinVersion::Tls13 => "1.3",
