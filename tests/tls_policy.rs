@@ -160,3 +160,88 @@ fn check_prints_the_policy_and_bad_names_name_the_key() {
         assert!(out.stderr.contains(key), "{key}: {}", out.stderr);
     }
 }
+
+/// A peer (openssl s_server) that speaks only TLS 1.2 serves through a load balancer whose
+/// policy allows 1.2, and fails, counted in `ironic_proxy_peer_tls_failures_total`, when the
+/// policy says 1.3.
+#[test]
+fn a_peer_that_only_speaks_what_the_policy_forbids_fails_and_is_counted() {
+    #[path = "support/dnsmasq.rs"]
+    mod dnsmasq;
+    let sb = Sandbox::new();
+    let mut dns = dnsmasq::Dnsmasq::start("metal3.svc", 5);
+    dns.set_hosts(&[("127.0.0.1", "peer.metal3.svc")]);
+    let peer_port = support::free_port();
+    let mut peer = Command::new("openssl")
+        .args(["s_server", "-quiet", "-tls1_2", "-www", "-accept"])
+        .arg(format!("127.0.0.1:{peer_port}"))
+        .arg("-cert")
+        .arg(sb.path("tls.crt"))
+        .arg("-key")
+        .arg(sb.path("tls.key"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let run = |min: &str| {
+        let (admin, port) = (support::free_port(), support::free_port());
+        let config = sb.path(&format!("lb-{min}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[tls]\nmin_version = \"{min}\"\n\n[identity]\ntrust = \"{ca}\"\ncert = \"{crt}\"\n\
+                 key = \"{key}\"\n\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n[dns]\n\
+                 servers = [\"{dns}\"]\nrefresh = \"1s\"\n\n[[listeners]]\nname = \"lb\"\n\
+                 listen = \"127.0.0.1:{port}\"\ntls = \"none\"\n[listeners.upstream]\n\
+                 dns = \"peer.metal3.svc:{peer_port}\"\ntls = true\n\
+                 health = {{ path = \"/\", interval = \"200ms\", timeout = \"1s\" }}\n",
+                ca = sb.path("ca.crt").display(),
+                crt = sb.path("tls.crt").display(),
+                key = sb.path("tls.key").display(),
+                dns = dns.addr(),
+            ),
+        )
+        .unwrap();
+        let ports = [("lb".to_owned(), port)].into_iter().collect();
+        Proxy::spawn(&config, admin, ports, false, None)
+    };
+    // 0 until the admin listener answers.
+    let failures = |p: &Proxy| {
+        let text = p
+            .admin_get("/metrics")
+            .map(|r| r.text())
+            .unwrap_or_default();
+        support::metric(
+            &text,
+            "ironic_proxy_peer_tls_failures_total",
+            &[("upstream", "lb")],
+        )
+        .unwrap_or(0.0)
+    };
+    // TLS 1.2 allowed: the peer answers (s_server -www: 200 and a status page).
+    let mut ok = run("1.2");
+    let served = support::poll_until(Duration::from_secs(10), || {
+        let mut c = support::HttpConn::tcp(ok.addr("lb")).ok()?;
+        let r = c
+            .request("GET", "/", &[("Connection", "close")], b"")
+            .ok()?;
+        (r.status == 200).then_some(r)
+    });
+    assert!(served.is_some(), "{:?}", ok.logs());
+    assert_eq!(failures(&ok), 0.0);
+    ok.kill();
+    // TLS 1.3 only: every attempt fails the handshake and is counted; the client gets 502/503.
+    let refused = run("1.3");
+    let counted = support::poll_until(Duration::from_secs(10), || {
+        (failures(&refused) >= 1.0).then_some(())
+    });
+    assert!(counted.is_some(), "{:?}", refused.logs());
+    let mut c = support::HttpConn::tcp(refused.addr("lb")).unwrap();
+    let r = c
+        .request("GET", "/", &[("Connection", "close")], b"")
+        .unwrap();
+    assert!(matches!(r.status, 502 | 503), "{}", r.status);
+    let _ = peer.kill();
+    let _ = peer.wait();
+}
