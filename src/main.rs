@@ -8,13 +8,23 @@ use ironic_proxy::server::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `--version`: says which crypto module the binary was built with.
+const VERSION: &str = if cfg!(feature = "fips") {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (FIPS: aws-lc FIPS 140-3 module)"
+    )
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
 /// The embedded default configuration (dev certificates from `certs-dev/`).
 const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
 
 #[derive(Parser)]
 #[command(
     name = "ironic-proxy",
-    version,
+    version = VERSION,
     about = "TLS sidecar, identity and load balancer for OpenStack Ironic"
 )]
 struct Cli {
@@ -147,6 +157,11 @@ fn check(source: &Source) -> ExitCode {
     };
     if let Some(id) = &config.identity {
         if let Err(e) = rt.block_on(ironic_proxy::identity::check(id)) {
+            return fail(&e);
+        }
+    }
+    for (index, l) in config.listeners.iter().enumerate() {
+        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::auth::check(index, a)) {
             return fail(&e);
         }
     }

@@ -54,6 +54,14 @@ pub struct PeerTlsLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    pub listener: String,
+    /// `ok`, `ok_cached`, `public`, `no_credentials`, `malformed`, `unknown_user`,
+    /// `wrong_password`, `queue_full` (see `auth::Outcome`).
+    pub outcome: &'static str,
+}
+
 /// All metric handles. Cloning is cheap (every handle is an `Arc` inside).
 #[derive(Clone)]
 pub struct Metrics {
@@ -74,6 +82,7 @@ pub struct Metrics {
     pub dns_resolutions: Family<UpstreamLabels, Counter>,
     pub dns_failures: Family<UpstreamLabels, Counter>,
     pub panics: Counter,
+    pub auth: Family<AuthLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -185,6 +194,12 @@ impl Metrics {
             "Failed DNS resolutions",
             dns_failures.clone(),
         );
+        let auth = Family::default();
+        registry.register(
+            "auth",
+            "Basic authentication outcomes by listener",
+            auth.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             requests,
@@ -203,6 +218,7 @@ impl Metrics {
             dns_resolutions,
             dns_failures,
             panics,
+            auth,
         }
     }
 

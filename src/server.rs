@@ -27,6 +27,8 @@ pub enum ServerError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Listen(#[from] ListenError),
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
     #[error("admin.listen: cannot bind {addr}: {source}")]
     Admin {
         addr: SocketAddr,
@@ -126,6 +128,13 @@ impl Server {
     pub async fn start(config: Config) -> Result<Self, ServerError> {
         let metrics = Metrics::new();
         contain_panics(&metrics);
+        // Before any TLS configuration is built.
+        tls::policy::install(&config.tls);
+        tracing::info!(
+            fips = tls::fips(),
+            min_version = ?config.tls.min_version,
+            "crypto: aws-lc-rs"
+        );
         let readiness = Arc::new(Readiness::default());
         let identity = match &config.identity {
             Some(cfg) => Some(identity::start(cfg, &metrics).await?),
@@ -180,12 +189,22 @@ impl Server {
                 metrics: metrics.clone(),
             });
             readiness.add(Box::new(PoolCheck(upstream.clone())));
-            let proxy = Arc::new(Proxy::new(
-                &lc.name,
-                upstream,
-                config.limits.clone(),
-                metrics.clone(),
-            ));
+            let gate = match &lc.auth {
+                Some(a) => {
+                    let every = config
+                        .identity
+                        .as_ref()
+                        .map_or(Duration::from_secs(2), |i| i.watch_interval);
+                    Some(crate::auth::Gate::start(
+                        &lc.name, index, a, every, &metrics,
+                    )?)
+                }
+                None => None,
+            };
+            let proxy = Arc::new(
+                Proxy::new(&lc.name, upstream, config.limits.clone(), metrics.clone())
+                    .with_auth(gate),
+            );
             let tls = match (lc.tls, &identity) {
                 (TlsMode::None, _) | (_, None) => None,
                 (mode, Some(id)) => {

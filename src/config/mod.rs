@@ -68,6 +68,8 @@ pub struct Config {
     pub dns: DnsConfig,
     pub limits: Limits,
     pub listeners: Vec<ListenerConfig>,
+    /// `[tls]`: versions, suites and groups for every listener and for peers.
+    pub tls: crate::tls::policy::TlsPolicy,
 }
 
 #[derive(Clone, Debug)]
@@ -181,6 +183,8 @@ pub struct ListenerConfig {
     pub http2: bool,
     pub allow: Vec<AllowRule>,
     pub upstream: UpstreamConfig,
+    /// `[listeners.auth]`: HTTP Basic authentication.
+    pub auth: Option<crate::auth::AuthConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -460,6 +464,9 @@ impl Config {
         };
 
         let identity = raw.identity.and_then(|id| identity_from_raw(id, &mut f));
+        let tls = raw.tls.map_or_else(Default::default, |v| {
+            crate::tls::policy::from_toml(v, &mut |p, e| f.push(p, e))
+        });
 
         let mut listeners = Vec::new();
         let mut names = std::collections::HashSet::new();
@@ -493,6 +500,7 @@ impl Config {
             dns,
             limits,
             listeners,
+            tls,
         })
     }
 }
@@ -697,6 +705,9 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         );
     }
     let upstream = upstream_from_raw(l.upstream, &format!("{path}.upstream"), f);
+    let auth = l
+        .auth
+        .and_then(|v| crate::auth::from_toml(v, &format!("{path}.auth"), &mut |p, e| f.push(p, e)));
     let name = l.name.unwrap_or_else(|| l.listen.clone());
     Some(ListenerConfig {
         name,
@@ -705,6 +716,7 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         http2: l.http2.unwrap_or(tls != TlsMode::None),
         allow,
         upstream: upstream?,
+        auth,
     })
 }
 

@@ -10,6 +10,8 @@ pub(super) struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub dns: Option<RawDns>,
     pub limits: Option<RawLimits>,
+    /// `[tls]`, typed by `crate::tls::policy::from_toml`.
+    pub tls: Option<toml::Value>,
     #[serde(default)]
     pub listeners: Vec<RawListener>,
 }
@@ -69,6 +71,8 @@ pub(super) struct RawListener {
     pub allow: Option<Vec<String>>,
     /// A string (`local` shorthand) or a table; typed in `from_raw`.
     pub upstream: toml::Value,
+    /// `[listeners.auth]`, typed by `crate::auth::from_toml`.
+    pub auth: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

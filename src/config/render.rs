@@ -98,6 +98,7 @@ impl Config {
             l.max_body_bytes,
             d(l.drain_timeout)
         );
+        let _ = writeln!(o, "{}", self.tls.render());
         for lc in &self.listeners {
             let tls = match lc.tls {
                 TlsMode::None => "none",
@@ -140,6 +141,9 @@ impl Config {
                 h.unhealthy_after,
                 h.healthy_after
             );
+            if let Some(a) = &lc.auth {
+                let _ = writeln!(o, "{}", a.render(&q));
+            }
         }
         o
     }

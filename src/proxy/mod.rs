@@ -58,6 +58,7 @@ pub struct Proxy {
     limits: Limits,
     metrics: Metrics,
     listener_metrics: Arc<log::ListenerMetrics>,
+    auth: Option<Arc<crate::auth::Gate>>,
 }
 
 impl Proxy {
@@ -69,7 +70,15 @@ impl Proxy {
             limits,
             metrics,
             listener_metrics,
+            auth: None,
         }
+    }
+
+    /// Requires Basic authentication (`[listeners.auth]`) on this listener.
+    #[must_use]
+    pub fn with_auth(mut self, gate: Option<Arc<crate::auth::Gate>>) -> Self {
+        self.auth = gate;
+        self
     }
 
     pub fn listener(&self) -> &str {
@@ -136,7 +145,7 @@ impl Proxy {
 
     async fn forward(
         &self,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         conn: &ConnInfo,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         if let Some(FramingRefused(why)) = req.extensions().get::<FramingRefused>() {
@@ -144,6 +153,9 @@ impl Proxy {
         }
         if !conn.allowed {
             return Err(ProxyError::Forbidden);
+        }
+        if let Some(gate) = &self.auth {
+            gate.admit(&mut req).await?;
         }
         // hyper's `max_buf_size` is only checked between reads, so a head up to about twice
         // `header_bytes` can arrive whole in one read and pass; this makes the limit exact.
