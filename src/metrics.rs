@@ -54,6 +54,13 @@ pub struct PeerTlsLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FindLabels {
+    pub listener: String,
+    /// `found`, `not_found`, `failed`, `no_endpoint`.
+    pub outcome: &'static str,
+}
+
 /// All metric handles. Cloning is cheap (every handle is an `Arc` inside).
 #[derive(Clone)]
 pub struct Metrics {
@@ -74,6 +81,7 @@ pub struct Metrics {
     pub dns_resolutions: Family<UpstreamLabels, Counter>,
     pub dns_failures: Family<UpstreamLabels, Counter>,
     pub panics: Counter,
+    pub finds: Family<FindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -185,6 +193,12 @@ impl Metrics {
             "Failed DNS resolutions",
             dns_failures.clone(),
         );
+        let finds = Family::default();
+        registry.register(
+            "find",
+            "Finds across a route's endpoints (find = \"newest\") by outcome",
+            finds.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             requests,
@@ -203,6 +217,7 @@ impl Metrics {
             dns_resolutions,
             dns_failures,
             panics,
+            finds,
         }
     }
 

@@ -9,10 +9,12 @@
 mod interp;
 mod raw;
 mod render;
+mod routes;
 #[cfg(test)]
 mod tests;
 
 pub use interp::{expand, Env, InterpError, ProcessEnv};
+pub use routes::{Find, PathPattern, RouteConfig};
 
 use crate::tls::allow::AllowRule;
 use raw::{RawConfig, RawHealth, RawListener, RawUpstream};
@@ -164,6 +166,9 @@ pub enum TlsMode {
     None,
     Server,
     Mutual,
+    /// TLS for clients that start a handshake, plain HTTP (restricted to `plaintext` routes)
+    /// for the others; decided from the connection's first byte.
+    Optional,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +185,8 @@ pub struct ListenerConfig {
     pub http2: bool,
     pub allow: Vec<AllowRule>,
     pub upstream: UpstreamConfig,
+    /// Path routes to other upstreams; `upstream` serves every other path.
+    pub routes: Vec<RouteConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -661,10 +668,13 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         "none" => TlsMode::None,
         "server" => TlsMode::Server,
         "mutual" => TlsMode::Mutual,
+        "optional" => TlsMode::Optional,
         other => {
             f.push(
                 format!("{path}.tls"),
-                msg(format!("{other:?} is not one of none, server, mutual")),
+                msg(format!(
+                    "{other:?} is not one of none, server, mutual, optional"
+                )),
             );
             TlsMode::None
         }
@@ -689,6 +699,7 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         );
     }
     let upstream = upstream_from_raw(l.upstream, &format!("{path}.upstream"), f);
+    let routes = routes::routes_from_raw(l.routes, path, tls, f);
     let name = l.name.unwrap_or_else(|| l.listen.clone());
     Some(ListenerConfig {
         name,
@@ -697,6 +708,7 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         http2: l.http2.unwrap_or(tls != TlsMode::None),
         allow,
         upstream: upstream?,
+        routes,
     })
 }
 

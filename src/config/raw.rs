@@ -69,6 +69,8 @@ pub(super) struct RawListener {
     pub allow: Option<Vec<String>>,
     /// A string (`local` shorthand) or a table; typed in `from_raw`.
     pub upstream: toml::Value,
+    #[serde(default)]
+    pub routes: Vec<super::routes::RawRoute>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -263,6 +263,31 @@ impl Pool {
         Some((Slot::Peer(i), peers[i].clone()))
     }
 
+    /// Every endpoint a find asks (`proxy::find`), `local` first: `local` when it is the only
+    /// endpoint, the request already came through a proxy, or it is available; and the
+    /// available peers, or every peer when none is (panic mode, as [`Self::pick`]). A request
+    /// that came through a proxy (`via_proxy`) gets `local` only: a fan-out never fans out again.
+    pub fn find_members(&self, via_proxy: bool) -> Vec<(Slot, Arc<Member>)> {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        if let Some(local) = &self.local {
+            if !self.has_dns || via_proxy || local.health.is_available(now) {
+                out.push((Slot::Local, local.clone()));
+            }
+        }
+        if via_proxy {
+            return out;
+        }
+        let peers = self.peers.load();
+        let any_available = peers.iter().any(|p| p.is_available(now));
+        for (i, p) in peers.iter().enumerate() {
+            if !any_available || p.is_available(now) {
+                out.push((Slot::Peer(i), p.clone()));
+            }
+        }
+        out
+    }
+
     /// Whether [`Self::pick`] might find an endpoint outside `tried`: cheap and conservative (an
     /// unavailable peer still counts), so a request is copied for a retry only when one can
     /// follow.
