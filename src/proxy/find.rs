@@ -9,7 +9,8 @@
 //!   at most [`MAX_CONCURRENT`] at a time, each within `find_timeout` (connect and response head).
 //!   Every answer is awaited: a newer copy may come last.
 //! - 2xx: has it. 404 or 410: has not. Anything else, a timeout, a refused or broken connection:
-//!   failed (and counted against the endpoint's health).
+//!   failed (and counted against the endpoint's health). An endpoint left out because its health
+//!   checks fail counts as failed too: it may be the owner.
 //! - The 2xx with the newest `Last-Modified` wins (none counts as oldest); on a tie the endpoint
 //!   asked first, so `local`. All "has not": 404. None has it and one failed: 502 (the owner may be
 //!   the one that failed; a 404 then would make iPXE fall back to its default script silently).
@@ -98,7 +99,7 @@ impl Finder {
         mut parts: http::request::Parts,
         via_proxy: bool,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
-        let members = self.pool.find_members(via_proxy);
+        let (members, unavailable) = self.pool.find_members(via_proxy);
         if members.is_empty() {
             self.outcomes.no_endpoint.inc();
             return Err(if via_proxy {
@@ -131,7 +132,7 @@ impl Finder {
             };
             answers[i] = Some(answer);
         }
-        self.choose(&members, answers)
+        self.choose(&members, answers, unavailable)
     }
 
     fn ask(
@@ -191,6 +192,7 @@ impl Finder {
         &self,
         members: &[(super::pool::Slot, Arc<Member>)],
         answers: Vec<Option<Answer>>,
+        unavailable: usize,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         let mut best: Option<(usize, Option<SystemTime>)> = None;
         let mut failures = Vec::new();
@@ -206,13 +208,13 @@ impl Finder {
             }
         }
         let Some((winner, _)) = best else {
-            if failures.is_empty() {
+            if failures.is_empty() && unavailable == 0 {
                 self.outcomes.not_found.inc();
                 return Err(ProxyError::NotFound);
             }
             self.outcomes.failed.inc();
             return Err(ProxyError::BadGateway(format!(
-                "find: no endpoint has it and {} failed: {}",
+                "find: no endpoint has it, {} failed, {unavailable} unavailable (not asked): {}",
                 failures.len(),
                 failures.join("; ")
             )));
