@@ -394,7 +394,14 @@ fn one_port_serves_tls_to_handshakes_and_only_boot_routes_over_plain_http() {
     let silent = std::net::TcpStream::connect(c.proxy.addr("api")).expect("connect");
     let mut junk = HttpConn::tcp(c.proxy.addr("api")).expect("connect");
     junk.send(b"\x00\x01\x02\r\n\r\n").expect("send");
-    let _ = junk.drain(Duration::from_millis(300));
+    let (answer, closed) = junk.drain(Duration::from_secs(2));
+    assert_eq!(
+        support::status_lines(&answer),
+        [400],
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(closed);
     assert_eq!(code(&[&c.proxy.http_url("api", "/boot.ipxe")]), "200");
     assert_eq!(code(&["--cacert", ca, &c.proxy.url("api", "/v1")]), "200");
     drop(silent);
@@ -412,4 +419,45 @@ fn a_request_that_came_through_a_proxy_is_asked_of_local_only() {
     c.clear();
     assert_eq!(c.plain("GET", "/boot.ipxe", &via).body, b"local's");
     assert_eq!(c.asked(), [1, 0, 0]);
+}
+
+#[test]
+fn a_none_listener_restricts_plain_http_only_when_it_has_a_plaintext_route() {
+    let sb = Sandbox::new();
+    let api = Upstream::start(&sb.socket("api"));
+    let files = FileServer::start(std::net::TcpListener::bind("127.0.0.1:0").expect("bind"));
+    files.put("/images/ipa.kernel", b"kernel", ago(5));
+    let route = |plaintext: bool| {
+        format!(
+            "[[listeners.routes]]\npaths = [\"/images/*\"]\nplaintext = {plaintext}\n\
+             upstream = \"{}\"\n",
+            files.addr
+        )
+    };
+    for plaintext in [false, true] {
+        let routes = route(plaintext);
+        let proxy = start_ready(Duration::from_secs(10), || {
+            let (admin, port) = (support::free_port(), support::free_port());
+            let text = config(&sb, admin, port, &routes, &api).replace("\"optional\"", "\"none\"");
+            let path = sb.path("none.toml");
+            std::fs::write(&path, text).expect("config");
+            let ports = [("api".to_owned(), port)].into_iter().collect();
+            Proxy::spawn(&path, admin, ports, false, None)
+        });
+        let mut c = HttpConn::tcp(proxy.addr("api")).expect("connect");
+        assert_eq!(c.get("/images/ipa.kernel").expect("GET").body, b"kernel");
+        let mut c = HttpConn::tcp(proxy.addr("api")).expect("connect");
+        let v1 = c.get("/v1/nodes").expect("GET").status;
+        // Without a plaintext route a `none` listener serves everything as before.
+        assert_eq!(
+            v1,
+            if plaintext { 403 } else { 200 },
+            "plaintext = {plaintext}"
+        );
+    }
+    assert_eq!(
+        api.requests().len(),
+        1,
+        "only the unrestricted listener forwarded /v1"
+    );
 }
