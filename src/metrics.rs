@@ -62,6 +62,13 @@ pub struct AuthLabels {
     pub outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FindLabels {
+    pub listener: String,
+    /// `found`, `not_found`, `failed`, `no_endpoint`.
+    pub outcome: &'static str,
+}
+
 /// All metric handles. Cloning is cheap (every handle is an `Arc` inside).
 #[derive(Clone)]
 pub struct Metrics {
@@ -83,6 +90,7 @@ pub struct Metrics {
     pub dns_failures: Family<UpstreamLabels, Counter>,
     pub panics: Counter,
     pub auth: Family<AuthLabels, Counter>,
+    pub finds: Family<FindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -200,6 +208,12 @@ impl Metrics {
             "Basic authentication outcomes by listener",
             auth.clone(),
         );
+        let finds = Family::default();
+        registry.register(
+            "find",
+            "Finds across a route's endpoints (find = \"newest\") by outcome",
+            finds.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             requests,
@@ -219,6 +233,7 @@ impl Metrics {
             dns_failures,
             panics,
             auth,
+            finds,
         }
     }
 

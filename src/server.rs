@@ -201,10 +201,18 @@ impl Server {
                 }
                 None => None,
             };
-            let proxy = Arc::new(
-                Proxy::new(&lc.name, upstream, config.limits.clone(), metrics.clone())
-                    .with_auth(gate),
-            );
+            let mut proxy = Proxy::new(&lc.name, upstream, config.limits.clone(), metrics.clone())
+                .with_auth(gate);
+            if !lc.routes.is_empty() {
+                proxy = proxy.with_routes(route_table(
+                    index,
+                    lc,
+                    &config,
+                    identity.as_ref(),
+                    &metrics,
+                )?);
+            }
+            let proxy = Arc::new(proxy);
             let tls = match (lc.tls, &identity) {
                 (TlsMode::None, _) | (_, None) => None,
                 (mode, Some(id)) => {
@@ -279,4 +287,78 @@ impl Server {
         }
         clean
     }
+}
+
+/// The routes of listener `index`: one pool per route, built as a listener's (its own DNS
+/// discovery and health checks). Route pools do not gate `/readyz`: a listener stays ready
+/// while its default upstream is.
+fn route_table(
+    index: usize,
+    lc: &crate::config::ListenerConfig,
+    config: &Config,
+    identity: Option<&Identity>,
+    metrics: &Metrics,
+) -> Result<crate::proxy::route::Routes, ServerError> {
+    use crate::proxy::find::Finder;
+    use crate::proxy::route::{Route, Routes, Target as RouteTarget};
+    let mut routes = Vec::with_capacity(lc.routes.len());
+    for (r, rc) in lc.routes.iter().enumerate() {
+        let err = |reason: String| ServerError::Upstream {
+            index,
+            reason: format!("routes[{r}]: {reason}"),
+        };
+        // Named after the listener and route, for logs and the upstream metrics.
+        let name = format!("{}/routes[{r}]", lc.name);
+        let u = &rc.upstream;
+        let dns = match &u.dns {
+            None => None,
+            Some(target) => {
+                let target: Target = target
+                    .parse()
+                    .map_err(|e: discovery::DiscoveryError| err(e.to_string()))?;
+                let opts = DiscoveryOptions {
+                    servers: config.dns.servers.clone(),
+                    refresh: config.dns.refresh,
+                    min_ttl: Duration::from_secs(1),
+                    hold_on_empty: config.dns.hold_on_empty,
+                    fallback: u.fallback.clone(),
+                };
+                let (rx, _task) = discovery::spawn(name.clone(), target, opts, metrics.clone())
+                    .map_err(|e| err(e.to_string()))?;
+                Some(rx)
+            }
+        };
+        let peer_tls = match (u.tls, identity) {
+            (false, _) => None,
+            (true, None) => return Err(err("tls = true needs an [identity]".into())),
+            (true, Some(id)) => Some(peer_client_config(id)?),
+        };
+        let pool = Pool::new(PoolOptions {
+            name: name.clone(),
+            local: u.local.clone(),
+            dns,
+            peer_tls,
+            balance: u.balance,
+            health: u.health.clone(),
+            retries: u.retries,
+            max_response_head: config.limits.header_bytes,
+            metrics: metrics.clone(),
+        });
+        let target = match rc.find {
+            Some(crate::config::Find::Newest) => RouteTarget::Find(Arc::new(Finder::new(
+                pool,
+                rc.find_timeout,
+                &lc.name,
+                metrics,
+            ))),
+            None => RouteTarget::Forward(pool),
+        };
+        routes.push(Route {
+            patterns: rc.paths.clone(),
+            methods: rc.methods.clone(),
+            plaintext: rc.plaintext,
+            target,
+        });
+    }
+    Ok(Routes::new(lc.tls, routes))
 }

@@ -11,7 +11,11 @@
 //!
 //! Input: one mode byte, then the bytes the client writes. Mode bit 0: a mutual-TLS connection
 //! with a verified identity; bit 1: HTTP/2 (prior knowledge) instead of HTTP/1.1; bit 2: the
-//! client half-closes after writing. The upstream answers by path: `/502` a 502 (exercises the
+//! client half-closes after writing; bit 3: a listener with routes (`tls = "optional"`, a
+//! plain-HTTP find route for `/pxelinux.cfg/*` and `/boot.ipxe`, the rest to the default
+//! upstream), where in addition no path the route checks refuse (dot segments, encoded slashes,
+//! over-long) reaches the upstream, and over plain HTTP (bit 0 clear) only the find route's
+//! paths do. The upstream answers by path: `/502` a 502 (exercises the
 //! retry path), `/big` a 256 KiB body, `/close` with `Connection: close`, anything else 200.
 #![no_main]
 
@@ -20,7 +24,9 @@ use http::{header, HeaderMap, HeaderName, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use ironic_proxy::config::{Limits, UpstreamAddr};
+use ironic_proxy::config::{Limits, PathPattern, TlsMode, UpstreamAddr};
+use ironic_proxy::proxy::find::Finder;
+use ironic_proxy::proxy::route::{self, Route, Routes, Target};
 use ironic_proxy::listen::serve_stream;
 use ironic_proxy::metrics::Metrics;
 use ironic_proxy::proxy::pool::{Pool, PoolOptions};
@@ -47,6 +53,8 @@ const SETTLE: Duration = Duration::from_secs(60);
 struct Upstream {
     /// Request heads received, in order.
     seen: Vec<HeaderMap>,
+    /// Their paths, in the same order.
+    paths: Vec<String>,
     /// Parse errors of the upstream's HTTP/1.1 server: the proxy sent something malformed.
     parse_errors: Vec<String>,
 }
@@ -54,6 +62,8 @@ struct Upstream {
 struct Harness {
     rt: Runtime,
     proxy: Arc<Proxy>,
+    /// The same upstream behind a listener with routes.
+    routed: Arc<Proxy>,
     limits: Limits,
     upstream: Arc<Mutex<Upstream>>,
 }
@@ -82,6 +92,11 @@ async fn answer(
         .seen
         .push(req.headers().clone());
     let path = req.uri().path().to_owned();
+    record
+        .lock()
+        .expect("no panic while holding the record")
+        .paths
+        .push(path.clone());
     // Read the whole body, as Ironic does, so the proxy's framing is exercised to the end.
     let _ = req.into_body().collect().await;
     let mut resp = Response::new(Full::new(Bytes::from_static(b"{\"ok\":true}")));
@@ -149,7 +164,7 @@ fn harness() -> &'static Harness {
         let sock = dir.join("upstream.sock");
         let upstream = Arc::new(Mutex::new(Upstream::default()));
         let limits = limits();
-        let proxy = rt.block_on(async {
+        let (proxy, routed) = rt.block_on(async {
             let listener = UnixListener::bind(&sock).expect("bind the upstream socket");
             tokio::spawn(serve_upstream(listener, upstream.clone()));
             let metrics = Metrics::new();
@@ -159,15 +174,66 @@ fn harness() -> &'static Harness {
                 limits.header_bytes,
                 metrics.clone(),
             ));
-            Arc::new(Proxy::new("fuzz", pool, limits.clone(), metrics))
+            let routed = routed_proxy(&sock, &limits, pool.clone(), &metrics);
+            (
+                Arc::new(Proxy::new("fuzz", pool, limits.clone(), metrics)),
+                routed,
+            )
         });
         Harness {
             rt,
             proxy,
+            routed,
             limits,
             upstream,
         }
     })
+}
+
+/// A proxy whose listener has a plain-HTTP find route in front of the same upstream.
+fn routed_proxy(
+    sock: &std::path::Path,
+    limits: &Limits,
+    default: Arc<Pool>,
+    metrics: &Metrics,
+) -> Arc<Proxy> {
+    let boot = Pool::new(PoolOptions::local(
+        "fuzz-boot",
+        UpstreamAddr::Unix(sock.to_owned()),
+        limits.header_bytes,
+        metrics.clone(),
+    ));
+    let finder = Finder::new(boot, Duration::from_secs(3), "fuzz-routed", metrics);
+    let routes = Routes::new(
+        TlsMode::Optional,
+        vec![Route {
+            patterns: vec![
+                PathPattern::Prefix("/pxelinux.cfg/".into()),
+                PathPattern::Exact("/boot.ipxe".into()),
+            ],
+            methods: vec![http::Method::GET, http::Method::HEAD],
+            plaintext: true,
+            target: Target::Find(Arc::new(finder)),
+        }],
+    );
+    Arc::new(
+        Proxy::new("fuzz-routed", default, limits.clone(), metrics.clone()).with_routes(routes),
+    )
+}
+
+/// On a listener with routes: what reached the upstream passed the path checks, and over plain
+/// HTTP it was a boot path.
+fn check_routed(record: &Upstream, tls: bool, input: &[u8]) {
+    for path in &record.paths {
+        let show = || format!("{path:?}\ninput: {:?}", String::from_utf8_lossy(input));
+        let decoded = route::check_path(path)
+            .unwrap_or_else(|why| panic!("a refused path ({why}) reached the upstream: {}", show()));
+        assert!(
+            tls || decoded.starts_with("/pxelinux.cfg/") || decoded == "/boot.ipxe",
+            "plain HTTP reached the upstream outside the plaintext route: {}",
+            show()
+        );
+    }
 }
 
 fn check_upstream(record: &Upstream, xfcc: Option<&str>, input: &[u8]) {
@@ -234,6 +300,7 @@ fuzz_target!(|data: &[u8]| {
     let mutual = mode & 1 != 0;
     let h2 = mode & 2 != 0;
     let half_close = mode & 4 != 0;
+    let routed = mode & 8 != 0;
     let xfcc = mutual.then_some(OUR_XFCC);
     let info = ConnInfo {
         peer: Some(([127, 0, 0, 1], 40000).into()),
@@ -247,7 +314,7 @@ fuzz_target!(|data: &[u8]| {
         .expect("no panic while holding the record") = Upstream::default();
     h.rt.block_on(async {
         let (client, server) = tokio::io::duplex(8 * 1024);
-        let proxy = h.proxy.clone();
+        let proxy = if routed { h.routed.clone() } else { h.proxy.clone() };
         let limits = h.limits.clone();
         let conn =
             tokio::spawn(async move { serve_stream(server, h2, proxy, info, &limits).await });
@@ -288,4 +355,7 @@ fuzz_target!(|data: &[u8]| {
         .lock()
         .expect("no panic while holding the record");
     check_upstream(&record, xfcc, bytes);
+    if routed {
+        check_routed(&record, mutual, bytes);
+    }
 });

@@ -10,10 +10,12 @@ mod interp;
 pub mod profile;
 mod raw;
 mod render;
+mod routes;
 #[cfg(test)]
 mod tests;
 
 pub use interp::{expand, Env, InterpError, ProcessEnv};
+pub use routes::{Find, PathPattern, RouteConfig};
 
 use crate::tls::allow::AllowRule;
 use raw::{RawConfig, RawHealth, RawListener, RawUpstream};
@@ -167,6 +169,9 @@ pub enum TlsMode {
     None,
     Server,
     Mutual,
+    /// TLS for clients that start a handshake, plain HTTP (restricted to `plaintext` routes)
+    /// for the others; decided from the connection's first byte.
+    Optional,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,6 +190,8 @@ pub struct ListenerConfig {
     pub upstream: UpstreamConfig,
     /// `[listeners.auth]`: HTTP Basic authentication.
     pub auth: Option<crate::auth::AuthConfig>,
+    /// Path routes to other upstreams; `upstream` serves every other path.
+    pub routes: Vec<RouteConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -677,10 +684,13 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         "none" => TlsMode::None,
         "server" => TlsMode::Server,
         "mutual" => TlsMode::Mutual,
+        "optional" => TlsMode::Optional,
         other => {
             f.push(
                 format!("{path}.tls"),
-                msg(format!("{other:?} is not one of none, server, mutual")),
+                msg(format!(
+                    "{other:?} is not one of none, server, mutual, optional"
+                )),
             );
             TlsMode::None
         }
@@ -708,6 +718,7 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
     let auth = l
         .auth
         .and_then(|v| crate::auth::from_toml(v, &format!("{path}.auth"), &mut |p, e| f.push(p, e)));
+    let routes = routes::routes_from_raw(l.routes, path, tls, f);
     let name = l.name.unwrap_or_else(|| l.listen.clone());
     Some(ListenerConfig {
         name,
@@ -717,6 +728,7 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         allow,
         upstream: upstream?,
         auth,
+        routes,
     })
 }
 

@@ -73,6 +73,8 @@ pub(super) struct RawListener {
     pub upstream: toml::Value,
     /// `[listeners.auth]`, typed by `crate::auth::from_toml`.
     pub auth: Option<toml::Value>,
+    #[serde(default)]
+    pub routes: Vec<super::routes::RawRoute>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -104,6 +104,7 @@ impl Config {
                 TlsMode::None => "none",
                 TlsMode::Server => "server",
                 TlsMode::Mutual => "mutual",
+                TlsMode::Optional => "optional",
             };
             let _ = writeln!(
                 o,
@@ -144,7 +145,53 @@ impl Config {
             if let Some(a) = &lc.auth {
                 let _ = writeln!(o, "{}", a.render(&q));
             }
+            for r in &lc.routes {
+                render_route(&mut o, r);
+            }
         }
         o
     }
+}
+
+/// One `[[listeners.routes]]` with its upstream, every default filled in.
+fn render_route(o: &mut String, r: &super::RouteConfig) {
+    let methods: Vec<&str> = r.methods.iter().map(http::Method::as_str).collect();
+    let _ = writeln!(o, "[[listeners.routes]]\npaths = {}", list(&r.paths));
+    if methods.is_empty() {
+        let _ = writeln!(o, "# methods: any");
+    } else {
+        let _ = writeln!(o, "methods = {}", list(&methods));
+    }
+    let _ = writeln!(
+        o,
+        "plaintext = {}\n[listeners.routes.upstream]",
+        r.plaintext
+    );
+    let u = &r.upstream;
+    if let Some(local) = &u.local {
+        let _ = writeln!(o, "local = {}", q(&local.to_string()));
+    }
+    if let Some(dns) = &u.dns {
+        let _ = writeln!(o, "dns = {}", q(dns));
+    }
+    if r.find.is_some() {
+        let _ = writeln!(o, "find = \"newest\"\nfind_timeout = {}", d(r.find_timeout));
+    }
+    let balance = match u.balance {
+        super::Balance::LeastRequest => "least_request",
+        super::Balance::RoundRobin => "round_robin",
+    };
+    let h = &u.health;
+    let _ = writeln!(
+        o,
+        "tls = {}\nbalance = \"{balance}\"\nretries = {}\nhealth = {{ path = {}, interval = {}, \
+         timeout = {}, unhealthy_after = {}, healthy_after = {} }}\n",
+        u.tls,
+        u.retries,
+        q(&h.path),
+        d(h.interval),
+        d(h.timeout),
+        h.unhealthy_after,
+        h.healthy_after
+    );
 }

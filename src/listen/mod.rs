@@ -10,6 +10,7 @@
 mod conn;
 mod drive;
 mod guard;
+mod sniff;
 
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
@@ -189,13 +190,38 @@ impl Listener {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let accepted = Instant::now();
+        if self.cfg.tls != TlsMode::Optional {
+            return self.connection_as(io, peer, shutdown, accepted, true).await;
+        }
+        // One port for both (see `sniff`): the first byte, within the head deadline.
+        let deadline = accepted + self.limits.request_head_timeout;
+        let first = tokio::time::timeout_at(deadline, sniff::first_byte(io)).await;
+        let Ok(Ok(Some(io))) = first else {
+            // Closed, broken, or silent until the deadline: nothing to answer.
+            return;
+        };
+        let tls = io.first() == Some(sniff::TLS_HANDSHAKE);
+        Box::pin(self.connection_as(io, peer, shutdown, accepted, tls)).await;
+    }
+
+    /// Serves a connection accepted at `accepted`, over TLS when the listener has it and `tls`.
+    async fn connection_as<S>(
+        &self,
+        io: S,
+        peer: Option<SocketAddr>,
+        shutdown: watch::Receiver<bool>,
+        accepted: Instant,
+        tls: bool,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let clock = ConnClock::new(
             accepted,
             self.limits.request_head_timeout,
             self.limits.idle_timeout,
         );
         let head_deadline = accepted + self.limits.request_head_timeout;
-        let Some(tls) = &self.tls else {
+        let Some(tls) = self.tls.as_ref().filter(|_| tls) else {
             let info = ConnInfo {
                 peer,
                 allowed: true,

@@ -41,6 +41,12 @@ pub enum ProxyError {
     Draining,
     #[error("upstream did not answer in time")]
     GatewayTimeout,
+    #[error("plain HTTP is not allowed for this path; use https")]
+    PlainHttp,
+    #[error("method not allowed on this path")]
+    MethodNotAllowed(HeaderValue),
+    #[error("not found on any endpoint")]
+    NotFound,
 }
 
 impl ProxyError {
@@ -58,6 +64,9 @@ impl ProxyError {
             Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Self::NoUpstream | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
             Self::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::PlainHttp => StatusCode::FORBIDDEN,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::NotFound => StatusCode::NOT_FOUND,
         }
     }
 
@@ -71,7 +80,10 @@ impl ProxyError {
             | Self::UriTooLong
             | Self::BodyTimeout
             | Self::BodyTooLarge(_)
-            | Self::Loop => Blame::Client,
+            | Self::Loop
+            | Self::PlainHttp
+            | Self::MethodNotAllowed(_)
+            | Self::NotFound => Blame::Client,
             Self::BadGateway(_) | Self::GatewayTimeout => Blame::Upstream,
             Self::NoUpstream | Self::Draining => Blame::Proxy,
         }
@@ -93,6 +105,9 @@ impl ProxyError {
             Self::NoUpstream => "no_healthy_upstream",
             Self::Draining => "draining",
             Self::GatewayTimeout => "gateway_timeout",
+            Self::PlainHttp => "forbidden",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
+            Self::NotFound => "not_found",
         }
     }
 
@@ -112,7 +127,14 @@ impl ProxyError {
     /// `{"error":"…","status":…,"message":"…"}`.
     pub fn to_response(&self) -> Response<ResponseBody> {
         let mut resp = json_response(self.status(), self.code(), &self.message());
-        if matches!(self, Self::BadRequest(_) | Self::Forbidden) {
+        if let Self::MethodNotAllowed(allow) = self {
+            resp.headers_mut().insert(header::ALLOW, allow.clone());
+        }
+        // Route refusals (403 over plain HTTP, 405) are answered before the body is read too.
+        if matches!(
+            self,
+            Self::BadRequest(_) | Self::Forbidden | Self::PlainHttp | Self::MethodNotAllowed(_)
+        ) {
             // RFC 9112 §6.3: after rejecting a request whose framing we do not trust, close the
             // connection; parsing on would take the rejected body for the next request. A
             // client outside `allow` is answered before its body is read: hyper could keep the

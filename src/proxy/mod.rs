@@ -8,9 +8,11 @@
 
 pub mod body;
 mod error;
+pub mod find;
 pub mod headers;
 mod log;
 pub mod pool;
+pub mod route;
 pub mod upstream;
 
 pub use error::{json_response, Blame, ProxyError};
@@ -59,6 +61,8 @@ pub struct Proxy {
     metrics: Metrics,
     listener_metrics: Arc<log::ListenerMetrics>,
     auth: Option<Arc<crate::auth::Gate>>,
+    /// Path routes to other upstreams (`[[listeners.routes]]`); `upstream` serves the rest.
+    routes: Option<Arc<route::Routes>>,
 }
 
 impl Proxy {
@@ -71,6 +75,7 @@ impl Proxy {
             metrics,
             listener_metrics,
             auth: None,
+            routes: None,
         }
     }
 
@@ -78,6 +83,13 @@ impl Proxy {
     #[must_use]
     pub fn with_auth(mut self, gate: Option<Arc<crate::auth::Gate>>) -> Self {
         self.auth = gate;
+        self
+    }
+
+    /// Adds path routes (see [`route`]).
+    #[must_use]
+    pub fn with_routes(mut self, routes: route::Routes) -> Self {
+        self.routes = Some(Arc::new(routes));
         self
     }
 
@@ -186,6 +198,10 @@ impl Proxy {
         {
             return Err(ProxyError::BadRequest("userinfo in the request target"));
         }
+        let decision = match &self.routes {
+            Some(r) => r.decide(req.method(), req.uri().path(), conn.tls)?,
+            None => route::Decision::Default,
+        };
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
         let (mut parts, incoming) = req.into_parts();
@@ -246,7 +262,14 @@ impl Proxy {
             parts.headers.insert(header::HOST, v);
         }
         parts.version = Version::HTTP_11;
-        self.send_with_retries(parts, body, via_proxy, &cut).await
+        let upstream = match decision {
+            route::Decision::Default => &self.upstream,
+            route::Decision::Forward(pool) => pool,
+            // GET and HEAD only; a body sent with one is not forwarded.
+            route::Decision::Find(finder) => return finder.find(parts, via_proxy).await,
+        };
+        self.send_with_retries(parts, body, via_proxy, &cut, upstream)
+            .await
     }
 
     /// Sends to the picked endpoint, retrying on another one as docs/reference.md says: any request that
@@ -259,6 +282,7 @@ impl Proxy {
         mut body: RequestBody,
         via_proxy: bool,
         cut: &CutSlot,
+        upstream: &Pool,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         let deadline = Instant::now() + self.limits.upstream_timeout;
         let replayable_method = headers::is_replayable(&parts.method);
@@ -267,15 +291,15 @@ impl Proxy {
         let mut last_err: Option<ProxyError> = None;
         let max = self.limits.max_body_bytes;
         loop {
-            let Some((slot, member)) = self.upstream.pick(&tried, via_proxy) else {
+            let Some((slot, member)) = upstream.pick(&tried, via_proxy) else {
                 return Err(last_err.unwrap_or(ProxyError::NoUpstream));
             };
             tried.push(slot);
-            let attempts_left = tried.len() <= self.upstream.retries as usize;
+            let attempts_left = tried.len() <= upstream.retries as usize;
             // Keep what another try needs only when one can follow: tries are left and another
             // endpoint exists (a sidecar's lone `local` has none, so its requests are never
             // copied).
-            let spare = if attempts_left && self.upstream.has_alternative(&tried, via_proxy) {
+            let spare = if attempts_left && upstream.has_alternative(&tried, via_proxy) {
                 body.try_clone()
             } else {
                 None
@@ -306,7 +330,7 @@ impl Proxy {
                         return Err(e);
                     }
                     member.health.record_passive_failure(Instant::now());
-                    self.count_peer_tls_failure(&e);
+                    self.count_peer_tls_failure(&e, &upstream.name);
                     let before_send = e.is_connect();
                     (
                         ProxyError::BadGateway(format!("{}: {}", endpoint.name, error_chain(&e))),
@@ -354,7 +378,7 @@ impl Proxy {
                             endpoint.label().clone(),
                         ));
                     }
-                    tracing::info!(upstream = %self.upstream.name, endpoint = %endpoint.name, status, "retrying on another endpoint");
+                    tracing::info!(upstream = %upstream.name, endpoint = %endpoint.name, status, "retrying on another endpoint");
                     (
                         ProxyError::BadGateway(format!("{}: answered {status}", endpoint.name)),
                         true,
@@ -366,7 +390,7 @@ impl Proxy {
                     self.metrics
                         .upstream_retries
                         .get_or_create(&crate::metrics::UpstreamLabels {
-                            upstream: self.upstream.name.clone(),
+                            upstream: upstream.name.clone(),
                         })
                         .inc();
                     body = again;
@@ -377,13 +401,13 @@ impl Proxy {
         }
     }
 
-    fn count_peer_tls_failure(&self, e: &upstream::SendError) {
+    fn count_peer_tls_failure(&self, e: &upstream::SendError, upstream: &str) {
         if let Some((reason, t)) = crate::tls::peer::failure_reason(e) {
-            tracing::warn!(upstream = %self.upstream.name, reason, error = %t, "peer TLS failed");
+            tracing::warn!(upstream = %upstream, reason, error = %t, "peer TLS failed");
             self.metrics
                 .peer_tls_failures
                 .get_or_create(&crate::metrics::PeerTlsLabels {
-                    upstream: self.upstream.name.clone(),
+                    upstream: upstream.to_owned(),
                     reason,
                 })
                 .inc();

@@ -263,6 +263,38 @@ impl Pool {
         Some((Slot::Peer(i), peers[i].clone()))
     }
 
+    /// Every endpoint a find asks (`proxy::find`), `local` first: `local` when it is the only
+    /// endpoint, the request already came through a proxy, or it is available; and the
+    /// available peers, or every peer when none is (panic mode, as [`Self::pick`]). Also how
+    /// many known endpoints were left out as unavailable: one of them may be the one that has
+    /// the file, so a find that finds nothing then answers 502, not 404. A request that came
+    /// through a proxy (`via_proxy`) gets `local` only: a fan-out never fans out again.
+    pub fn find_members(&self, via_proxy: bool) -> (Vec<(Slot, Arc<Member>)>, usize) {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        let mut skipped = 0;
+        if let Some(local) = &self.local {
+            if !self.has_dns || via_proxy || local.health.is_available(now) {
+                out.push((Slot::Local, local.clone()));
+            } else {
+                skipped += 1;
+            }
+        }
+        if via_proxy {
+            return (out, skipped);
+        }
+        let peers = self.peers.load();
+        let any_available = peers.iter().any(|p| p.is_available(now));
+        for (i, p) in peers.iter().enumerate() {
+            if !any_available || p.is_available(now) {
+                out.push((Slot::Peer(i), p.clone()));
+            } else {
+                skipped += 1;
+            }
+        }
+        (out, skipped)
+    }
+
     /// Whether [`Self::pick`] might find an endpoint outside `tried`: cheap and conservative (an
     /// unavailable peer still counts), so a request is copied for a retry only when one can
     /// follow.
