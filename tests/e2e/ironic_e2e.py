@@ -826,6 +826,13 @@ class E2E:
         renewed_logged = collections.Counter()
         identity_events = {ip: [] for ip in h.IPS}  # ip -> [(time, "issued" | "renewed")]
         connections = {}  # (callee, client address) -> [caller, opened, [call times]]
+        # The access log names a client by its certificate's first SAN: the IP for the sidecars
+        # with a config file, <pod>.ironic.metal3.svc for the one from the profile.
+        aliases = {
+            f"{i.profile_env['POD_NAME']}.ironic.metal3.svc": i.ip
+            for i in self.instances
+            if i.profile_env is not None
+        }
         for inst in self.instances:
             hs_rpc[inst.ip] = 0
             for e in h.proxy_events(inst.sidecar_log):
@@ -846,10 +853,11 @@ class E2E:
                 if f.get("path") == CONTROL_PATH:
                     continue
                 rpc_total += 1
-                matrix[(f.get("identity"), inst.ip)] += 1
+                caller = aliases.get(f.get("identity"), f.get("identity"))
+                matrix[(caller, inst.ip)] += 1
                 t = h.event_time(e)
                 conn = connections.setdefault(
-                    (inst.ip, f.get("client")), [f.get("identity"), t, []]
+                    (inst.ip, f.get("client")), [caller, t, []]
                 )
                 conn[2].append(t)
                 status = int(f.get("status", 0))
