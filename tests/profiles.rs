@@ -244,3 +244,40 @@ fn the_sidecar_profile_runs_from_the_environment_alone() {
     assert_ne!(without.stdout, "200", "{without:?}");
     assert_eq!(rpc_up.requests().len(), 1);
 }
+
+#[test]
+fn mounted_certificates_and_the_openshift_port_come_from_switches_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = node::ca_init(&dir.path().join("ca"), &[]);
+    // Where the Ironic standalone operator would mount its TLS secret.
+    let mounted = dir.path().join("certs-ironic");
+    node::cert_issue(&ca, &mounted, &["--ip", "127.0.0.1"]);
+    let mut env = sidecar_env(
+        dir.path(),
+        &dir.path().join("ca"),
+        "127.0.0.1:9901".parse().expect("addr"),
+        6385,
+        6189,
+    );
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_API_PORT");
+    env.push(("IRONIC_PROXY_IDENTITY", "files".into()));
+    env.push(("IRONIC_PROXY_CERT_DIR", s(&mounted)));
+    let set: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let o = cli(&["check", "--profile", "sidecar-openshift"], &set);
+    assert!(o.ok(), "{o:?}");
+    let cert = format!("cert = \"{}\"", s(&mounted.join("tls.crt")));
+    assert!(o.stdout.contains(&cert), "{}", o.stdout);
+    assert!(!o.stdout.contains("issuer_key"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("listen = \"127.0.0.1:6388\""),
+        "{}",
+        o.stdout
+    );
+    // A switch with a value it does not know: exit 1 naming it.
+    let mut bad = set.clone();
+    bad.retain(|(k, _)| *k != "IRONIC_PROXY_IDENTITY");
+    bad.push(("IRONIC_PROXY_IDENTITY", "cert-manager"));
+    let o = cli(&["check", "--profile", "sidecar"], &bad);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("IRONIC_PROXY_IDENTITY"), "{o:?}");
+}

@@ -333,6 +333,32 @@ upstream = "unix:{inst.api_sock}"
 """
 
 
+def sidecar_profile_env(inst, ca_dir, peer_ips):
+    """The same sidecar as `sidecar_config`, as `ironic-proxy run --profile sidecar` builds it
+    from environment variables alone (config/profiles/sidecar.toml): what a pod spec sets."""
+    return {
+        "POD_NAME": "ironic-" + inst.ip.rsplit(".", 1)[1],
+        "POD_NAMESPACE": "metal3",
+        "POD_IPS": inst.ip,
+        "IRONIC_PROXY_PEER_CIDRS": ",".join(f"{ip}/32" for ip in peer_ips),
+        "IRONIC_PROXY_TRUST": f"{ca_dir}/ca.crt",
+        "IRONIC_PROXY_ISSUER_DIR": ca_dir,
+        "IRONIC_PROXY_CERT_VALIDITY": SIDECAR_VALIDITY,
+        "IRONIC_PROXY_CERT_RENEW_BEFORE": SIDECAR_RENEW_BEFORE,
+        "IRONIC_PROXY_EXPORT_DIR": inst.tls_dir,
+        "IRONIC_PROXY_WATCH_INTERVAL": "1s",
+        "IRONIC_PROXY_ADMIN_LISTEN": f"{inst.ip}:{ADMIN_PORT}",
+        "IRONIC_PROXY_DRAIN_TIMEOUT": "5s",
+        "IRONIC_PROXY_BIND": inst.ip,
+        "IRONIC_PROXY_RPC_PORT": str(RPC_PORT),
+        "IRONIC_PROXY_API_PORT": str(API_PORT),
+        "IRONIC_PROXY_RPC_SOCKET": inst.rpc_sock,
+        "IRONIC_PROXY_API_SOCKET": inst.api_sock,
+        # A request that came through a proxy only goes local, as in sidecar_config.
+        "IRONIC_PROXY_PEERS": "none",
+    }
+
+
 def lb_config(ca_dir, admin_port, dns_port):
     """The DaemonSet-style load balancer: peers from DNS only, TLS to them."""
     return f"""# DaemonSet-style load balancer (written by tests/e2e/harness.py).
@@ -428,6 +454,8 @@ class Instance:
         self.rpc_sock = os.path.join(self.dir, "rpc.sock")
         self.conf = os.path.join(self.dir, "ironic.conf")
         self.sidecar_conf = os.path.join(self.dir, "sidecar.toml")
+        # When set: the sidecar runs `--profile sidecar` with these variables, no file.
+        self.profile_env = None
         self.sidecar_log = os.path.join(self.dir, "sidecar.log")
         self.ironic_log = os.path.join(self.dir, "ironic.log")
         self.sidecar = None
