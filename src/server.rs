@@ -179,12 +179,10 @@ impl Server {
                 metrics: metrics.clone(),
             });
             readiness.add(Box::new(PoolCheck(upstream.clone())));
-            let proxy = Arc::new(Proxy::new(
-                &lc.name,
-                upstream,
-                config.limits.clone(),
-                metrics.clone(),
-            ));
+            let proxy = Arc::new(
+                Proxy::new(&lc.name, upstream, config.limits.clone(), metrics.clone())
+                    .with_jsonrpc(lc.jsonrpc),
+            );
             let tls = match (lc.tls, &identity) {
                 (TlsMode::None, _) | (_, None) => None,
                 (mode, Some(id)) => {
