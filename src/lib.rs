@@ -17,6 +17,7 @@ pub mod admin;
 pub mod balance;
 pub mod config;
 pub mod discovery;
+pub mod doctor;
 pub mod identity;
 pub mod listen;
 pub mod metrics;

@@ -44,6 +44,15 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Check a running deployment with its own configuration: identity, upstreams, peers,
+    /// admin. One line per check; exit 0 when all pass, 1 otherwise.
+    Doctor {
+        #[arg(long, env = "IRONIC_PROXY_CONFIG")]
+        config: PathBuf,
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Operator CA: `ca init`.
     #[command(subcommand)]
     Ca(pki::CaCommand),
@@ -68,6 +77,10 @@ fn main() -> ExitCode {
             run(config)
         }
         Command::Check { config } => check(&config),
+        Command::Doctor { config, json } => match Config::load(&config, &ProcessEnv) {
+            Ok(c) => doctor(&c, json),
+            Err(e) => fail(&e),
+        },
         Command::Ca(cmd) => pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
         Command::Cert(cmd) => pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
     }
@@ -131,6 +144,24 @@ fn check(path: &std::path::Path) -> ExitCode {
     }
     print!("{}", config.render());
     ExitCode::SUCCESS
+}
+
+/// `doctor` with a loaded configuration (from `--config`, or a profile once one is given).
+fn doctor(config: &Config, json: bool) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&e),
+    };
+    let report = rt.block_on(ironic_proxy::doctor::run(config));
+    print!("{}", if json { report.json() } else { report.text() });
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn run(config: Config) -> ExitCode {
