@@ -17,8 +17,17 @@ use support::upstream::{Recorded, Reply};
 use support::{python, Sandbox, Tls, Upstream};
 
 /// Answers like Ironic's JSON-RPC server: `destroy_node` fails with a JSON-RPC error object
-/// (HTTP 200, as `ironic/common/json_rpc/server.py` does), everything else succeeds.
+/// (HTTP 200, as `ironic/common/json_rpc/server.py` does), `vif_list` with an HTTP 500 (a
+/// crashed worker), everything else succeeds.
 fn ironic_like(r: &Recorded) -> Reply {
+    if r.body.windows(10).any(|w| w == b"\"vif_list\"") {
+        return Reply {
+            status: 500,
+            headers: vec![],
+            body: b"Internal Server Error".to_vec(),
+            delay: Duration::ZERO,
+        };
+    }
     let body = if r.body.windows(14).any(|w| w == b"\"destroy_node\"") {
         r#"{"jsonrpc": "2.0", "id": "1", "error": {"code": 404, "message": "Node not found"}}"#
             .to_owned()
@@ -73,7 +82,8 @@ fn methods_of_ironic_calls_are_logged_and_counted_per_conductor() {
     let (crt, key) = sb.client_files(&conductor, "conductor");
     let ca = sb.path("ca.crt");
     let calls = r#"[["call", "create_node"], ["call", "change_node_power_state"],
-        ["call", "change_node_power_state"], ["call", "destroy_node"], ["call", "frobnicate"]]"#;
+        ["call", "change_node_power_state"], ["call", "destroy_node"], ["call", "frobnicate"],
+        ["call", "vif_list"]]"#;
     let out = python(
         CLIENT,
         &[
@@ -84,9 +94,9 @@ fn methods_of_ironic_calls_are_logged_and_counted_per_conductor() {
             calls,
         ],
     );
-    assert_eq!(out.stdout, "200\n".repeat(5), "{out:?}");
+    assert_eq!(out.stdout, format!("{}500\n", "200\n".repeat(5)), "{out:?}");
 
-    let logs = proxy.wait_access_logs(5, Duration::from_secs(5));
+    let logs = proxy.wait_access_logs(6, Duration::from_secs(5));
     let rpc: Vec<(String, String)> = logs
         .iter()
         .map(|l| {
@@ -106,6 +116,7 @@ fn methods_of_ironic_calls_are_logged_and_counted_per_conductor() {
         "change_node_power_state",
         "destroy_node",
         "other",
+        "vif_list",
     ]
     .iter()
     .map(|m| ("127.0.0.3".to_owned(), (*m).to_owned()))
@@ -133,6 +144,7 @@ fn methods_of_ironic_calls_are_logged_and_counted_per_conductor() {
     );
     assert_eq!(calls("destroy_node", "ok"), None);
     assert_eq!(calls("other", "ok"), Some(1.0), "an unknown method");
+    assert_eq!(calls("vif_list", "failed"), Some(1.0), "an HTTP 500 answer");
     assert_eq!(
         support::metric(
             &m,
@@ -153,9 +165,9 @@ fn methods_of_ironic_calls_are_logged_and_counted_per_conductor() {
         &proxy.url("api", "/v1"),
     ]);
     assert!(api.ok(), "{api:?}");
-    let logs = proxy.wait_access_logs(6, Duration::from_secs(5));
+    let logs = proxy.wait_access_logs(7, Duration::from_secs(5));
     assert!(
-        logs[5].contains("listener=api") && logs[5].contains("rpc_method=\"-\""),
+        logs[6].contains("listener=api") && logs[6].contains("rpc_method=\"-\""),
         "{logs:#?}"
     );
     let m = proxy.metrics();
