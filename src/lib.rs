@@ -19,6 +19,7 @@ pub mod auth;
 pub mod balance;
 pub mod config;
 pub mod discovery;
+pub mod doctor;
 pub mod identity;
 pub mod listen;
 pub mod metrics;

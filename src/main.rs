@@ -47,6 +47,15 @@ enum Command {
     Run(Source),
     /// Validate a configuration or profile and print the effective configuration.
     Check(Source),
+    /// Check a running deployment with its own configuration: identity, upstreams, peers,
+    /// admin. One line per check; exit 0 when all pass, 1 otherwise.
+    Doctor {
+        #[command(flatten)]
+        source: Source,
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Operator CA: `ca init`.
     #[command(subcommand)]
     Ca(pki::CaCommand),
@@ -98,6 +107,16 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             check(&source)
+        }
+        Command::Doctor { source, json } => {
+            if source.config.is_none() && source.profile.is_none() {
+                eprintln!("ironic-proxy: doctor needs --config FILE or --profile NAME");
+                return ExitCode::from(2);
+            }
+            match source.load() {
+                Ok(c) => doctor(&c, json),
+                Err(e) => fail(e.as_ref()),
+            }
         }
         Command::Ca(cmd) => pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
         Command::Cert(cmd) => pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
@@ -167,6 +186,24 @@ fn check(source: &Source) -> ExitCode {
     }
     print!("{}", config.render());
     ExitCode::SUCCESS
+}
+
+/// `doctor` with a loaded configuration (from `--config`, or a profile once one is given).
+fn doctor(config: &Config, json: bool) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&e),
+    };
+    let report = rt.block_on(ironic_proxy::doctor::run(config));
+    print!("{}", if json { report.json() } else { report.text() });
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn run(config: Config) -> ExitCode {

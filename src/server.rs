@@ -197,7 +197,8 @@ impl Server {
                 None => None,
             };
             let mut proxy = Proxy::new(&lc.name, upstream, config.limits.clone(), metrics.clone())
-                .with_auth(gate);
+                .with_auth(gate)
+                .with_jsonrpc(lc.jsonrpc);
             if !lc.routes.is_empty() {
                 proxy = proxy.with_routes(route_table(
                     index,

@@ -186,6 +186,8 @@ pub struct ListenerConfig {
     pub listen: ListenAddr,
     pub tls: TlsMode,
     pub http2: bool,
+    /// The listener carries Ironic's JSON-RPC: each call's method is logged and counted.
+    pub jsonrpc: bool,
     pub allow: Vec<AllowRule>,
     pub upstream: UpstreamConfig,
     /// `[listeners.auth]`: HTTP Basic authentication.
@@ -725,6 +727,7 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         listen: listen?,
         tls,
         http2: l.http2.unwrap_or(tls != TlsMode::None),
+        jsonrpc: l.jsonrpc.unwrap_or(false),
         allow,
         upstream: upstream?,
         auth,

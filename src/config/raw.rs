@@ -68,6 +68,7 @@ pub(super) struct RawListener {
     pub listen: String,
     pub tls: Option<String>,
     pub http2: Option<bool>,
+    pub jsonrpc: Option<bool>,
     pub allow: Option<Vec<String>>,
     /// A string (`local` shorthand) or a table; typed in `from_raw`.
     pub upstream: toml::Value,

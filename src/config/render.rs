@@ -114,6 +114,9 @@ impl Config {
                 lc.http2,
                 list(&lc.allow)
             );
+            if lc.jsonrpc {
+                let _ = writeln!(o, "jsonrpc = true");
+            }
             let u = &lc.upstream;
             let _ = writeln!(o, "[listeners.upstream]");
             if let Some(local) = &u.local {

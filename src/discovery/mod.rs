@@ -40,7 +40,7 @@
 //! and health checks decide among endpoints. A target of `.` ("service not available", RFC 2782)
 //! contributes nothing.
 
-mod resolve;
+pub(crate) mod resolve;
 mod task;
 #[cfg(test)]
 mod tests;

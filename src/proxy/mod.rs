@@ -10,6 +10,7 @@ pub mod body;
 mod error;
 pub mod find;
 pub mod headers;
+pub mod jsonrpc;
 mod log;
 pub mod pool;
 pub mod route;
@@ -63,11 +64,25 @@ pub struct Proxy {
     auth: Option<Arc<crate::auth::Gate>>,
     /// Path routes to other upstreams (`[[listeners.routes]]`); `upstream` serves the rest.
     routes: Option<Arc<route::Routes>>,
+    /// `jsonrpc = true`: the method of each call is read for the log and metrics.
+    jsonrpc: bool,
+    /// Upstream latency to the response head: `[local, peer]`.
+    upstream_latency: [prometheus_client::metrics::histogram::Histogram; 2],
 }
 
 impl Proxy {
     pub fn new(listener: &str, upstream: Arc<Pool>, limits: Limits, metrics: Metrics) -> Self {
-        let listener_metrics = log::ListenerMetrics::new(&metrics, listener);
+        let listener_metrics = log::ListenerMetrics::new(&metrics, listener, false);
+        let latency = |role| {
+            metrics
+                .upstream_duration
+                .get_or_create(&crate::metrics::UpstreamRoleLabels {
+                    upstream: upstream.name.clone(),
+                    role,
+                })
+                .clone()
+        };
+        let upstream_latency = [latency("local"), latency("peer")];
         Self {
             listener: listener.into(),
             upstream,
@@ -76,6 +91,8 @@ impl Proxy {
             listener_metrics,
             auth: None,
             routes: None,
+            jsonrpc: false,
+            upstream_latency,
         }
     }
 
@@ -93,6 +110,14 @@ impl Proxy {
         self
     }
 
+    /// Marks the listener as JSON-RPC (`jsonrpc = true`): see [`jsonrpc`].
+    #[must_use]
+    pub fn with_jsonrpc(mut self, on: bool) -> Self {
+        self.jsonrpc = on;
+        self.listener_metrics = log::ListenerMetrics::new(&self.metrics, &self.listener, on);
+        self
+    }
+
     pub fn listener(&self) -> &str {
         &self.listener
     }
@@ -107,7 +132,7 @@ impl Proxy {
             self.listener_metrics.clone(),
             start,
         );
-        let mut resp = match self.forward(req, conn).await {
+        let mut resp = match self.forward(req, conn, &mut record.rpc_method).await {
             Ok((resp, endpoint)) => {
                 record.upstream = Some(endpoint);
                 resp
@@ -159,6 +184,7 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         conn: &ConnInfo,
+        rpc_method: &mut Option<&'static str>,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         if let Some(FramingRefused(why)) = req.extensions().get::<FramingRefused>() {
             return Err(ProxyError::BadRequest(why));
@@ -234,6 +260,10 @@ impl Proxy {
                 buffer_prefix(limited, &cut, max).await?
             }
         };
+        if self.jsonrpc {
+            // Only from what is already in memory: never waits for more of the body.
+            *rpc_method = Some(jsonrpc::method(body.prefix()));
+        }
 
         let via_proxy = headers::came_through_proxy(&parts.headers);
         // The target's authority, when it has one (absolute-form, HTTP/2 :authority), wins
@@ -294,6 +324,7 @@ impl Proxy {
             let Some((slot, member)) = upstream.pick(&tried, via_proxy) else {
                 return Err(last_err.unwrap_or(ProxyError::NoUpstream));
             };
+            let role = usize::from(!matches!(slot, Slot::Local));
             tried.push(slot);
             let attempts_left = tried.len() <= upstream.retries as usize;
             // Keep what another try needs only when one can follow: tries are left and another
@@ -319,7 +350,11 @@ impl Proxy {
             };
             let req = Request::from_parts(head, std::mem::replace(&mut body, RequestBody::empty()));
             let endpoint = &member.endpoint;
+            let sent = Instant::now();
             let outcome = tokio::time::timeout_at(deadline, endpoint.send(req)).await;
+            if let Ok(Ok(_)) = &outcome {
+                self.upstream_latency[role].observe(sent.elapsed().as_secs_f64());
+            }
             let (err, retry_ok) = match outcome {
                 Err(_) => {
                     member.health.record_passive_failure(Instant::now());

@@ -323,6 +323,8 @@ listen = "{inst.ip}:{RPC_PORT}"
 tls = "mutual"
 # The three conductors, and nobody else from the same CA.
 allow = [{allow}]
+# Each call's method in the access log and metrics (issue 14, tests/e2e/operate_checks.py).
+jsonrpc = true
 upstream = "unix:{inst.rpc_sock}"
 
 [[listeners]]

@@ -35,6 +35,7 @@ import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import operate_checks  # noqa: E402
 
 LB_URL = f"https://{h.LB_HOST}:{h.LB_PORT}"
 NODE_COUNT = 9
@@ -78,7 +79,7 @@ class Summary:
     def passed(self):
         return (
             self.error is None
-            and len(self.checks) == 5
+            and len(self.checks) == 6
             and all(ok for _, ok, _ in self.checks.values())
         )
 
@@ -112,9 +113,10 @@ class Summary:
             3: "instance killed: LB answers, dead conductor's nodes taken over",
             4: "rolling restart: 0 failed reads through the LB",
             5: "certificate rotation mid-run with 0 failed JSON-RPC calls",
+            operate_checks.CHECK: operate_checks.TITLE,
         }
         passed = failed = 0
-        for n in range(1, 6):
+        for n in range(1, 7):
             title, ok, detail = self.checks.get(n, (titles[n], False, "not reached"))
             passed += ok
             failed += not ok
@@ -414,6 +416,8 @@ class E2E:
         self.rolling_restart()
         self.flow_down()
         self.analyse()
+        # Issue 14: doctor on every instance, JSON-RPC methods per calling conductor.
+        operate_checks.run(self)
 
     def setup(self):
         with Phase(self.s, "setup (PKI, MariaDB, dnsmasq, 3 instances, LB)"):
