@@ -192,9 +192,6 @@ impl Proxy {
         if !conn.allowed {
             return Err(ProxyError::Forbidden);
         }
-        if let Some(gate) = &self.auth {
-            gate.admit(&mut req).await?;
-        }
         // hyper's `max_buf_size` is only checked between reads, so a head up to about twice
         // `header_bytes` can arrive whole in one read and pass; this makes the limit exact.
         if head_size(&req) > self.limits.header_bytes {
@@ -224,10 +221,15 @@ impl Proxy {
         {
             return Err(ProxyError::BadRequest("userinfo in the request target"));
         }
-        let decision = match &self.routes {
+        // Routes first: a request over plain HTTP that may not be served that way gets its 403
+        // before any 401 could invite a client to send its password in clear.
+        let (decision, plaintext_route) = match &self.routes {
             Some(r) => r.decide(req.method(), req.uri().path(), conn.tls)?,
-            None => route::Decision::Default,
+            None => (route::Decision::Default, false),
         };
+        if let Some(gate) = self.auth.as_ref().filter(|_| !plaintext_route) {
+            gate.admit(&mut req).await?;
+        }
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
         let (mut parts, incoming) = req.into_parts();
