@@ -335,6 +335,19 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "fips")]
+    fn a_fips_build_refuses_what_is_not_approved() {
+        let (_, e) = parse(
+            "cipher_suites = [\"TLS_AES_128_GCM_SHA256\", \"TLS_CHACHA20_POLY1305_SHA256\"]\n\
+             groups = [\"secp256r1\", \"X25519\"]",
+        );
+        assert!(e[0].starts_with("tls.cipher_suites[1]: "), "{e:?}");
+        assert!(e[1].starts_with("tls.groups[1]: "), "{e:?}");
+        assert!(crate::tls::fips());
+    }
+
+    #[test]
+    #[cfg(not(feature = "fips"))]
     fn openshift_profiles_are_expressible() {
         // Modern: TLS 1.3 only, its three suites.
         let (p, e) = parse(
