@@ -86,7 +86,11 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let status = if req.uri().path() == "/health" { 200 } else { status };
+        let status = if req.uri().path() == "/health" {
+            200
+        } else {
+            status
+        };
         let body = if req.uri().path() == "/64k" {
             big.clone()
         } else {
