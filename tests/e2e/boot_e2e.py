@@ -412,6 +412,25 @@ class Boot:
                     bad.append(f"{who} other {u}: {r.status_code}")
         self.check("owner's HTTP server killed: its nodes 502, the others 200", not bad, str(bad))
         self.start_http(victim)
+        # Until the health checks pass again, a find that finds nothing answers 502 (the
+        # unavailable endpoint may be the owner), not 404: wait for them.
+        self.wait_routes_healthy()
+
+    def wait_routes_healthy(self):
+        def healthy(url, n):
+            return h.metric(
+                h.scrape(url),
+                "ironic_proxy_upstream_endpoints",
+                upstream="api/routes[0]",
+                state="healthy",
+            ) == n
+
+        # The sidecar's route: local and the three httpds from DNS; the LB's: the three sidecars.
+        h.wait_for(
+            "every boot route endpoint healthy again",
+            lambda: healthy(self.instances[0].admin_url, 4) and healthy(self.lb_admin, 3),
+            30,
+        )
 
     def stale_copy(self):
         u = next(u for u in self.nodes if self.owner(u) is self.instances[2])
