@@ -461,3 +461,35 @@ fn a_none_listener_restricts_plain_http_only_when_it_has_a_plaintext_route() {
         "only the unrestricted listener forwarded /v1"
     );
 }
+
+#[test]
+fn the_chosen_body_is_streamed_not_buffered() {
+    let c = Cluster::start(66, "2s");
+    // 64 MiB on a peer: buffered whole, it alone would lift the proxy's peak RSS above it.
+    let big: Vec<u8> = (0..64u32 << 20).map(|i| (i % 251) as u8).collect();
+    c.files[2].put("/pxelinux.cfg/big", &big, ago(5));
+    let out = c.sb.path("big.out");
+    let r = curl(&[
+        "-o",
+        out.to_str().expect("path"),
+        "-w",
+        "%{http_code}",
+        &c.proxy.http_url("api", "/pxelinux.cfg/big"),
+    ]);
+    assert_eq!(r.stdout, "200", "{r:?}");
+    assert!(
+        std::fs::read(&out).expect("body") == big,
+        "the body differs"
+    );
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", c.proxy.pid())).expect("status");
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    assert!(
+        peak_kib < 48 * 1024,
+        "peak RSS {peak_kib} KiB for a 64 MiB file"
+    );
+}

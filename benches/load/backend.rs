@@ -5,7 +5,10 @@
 //!
 //! `GET /small` answers 13 bytes, `GET /64k` answers 64 KiB, anything else answers `/small`'s body.
 //!
-//! Usage: `backend --unix PATH [--tcp 127.0.0.1:PORT]`
+//! `--status N` answers every request but `/health` with status N (404: an endpoint that lacks
+//! the file, for the find benchmark `benches/find/run`).
+//!
+//! Usage: `backend --unix PATH [--tcp 127.0.0.1:PORT] [--status N]`
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -20,10 +23,17 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut unix = None;
     let mut tcp = None;
+    let mut status = 200u16;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--unix" => unix = args.next(),
             "--tcp" => tcp = args.next(),
+            "--status" => {
+                status = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+                    eprintln!("backend: --status needs a status code");
+                    std::process::exit(2);
+                });
+            }
             other => {
                 eprintln!("backend: unknown argument {other}");
                 std::process::exit(2);
@@ -46,7 +56,7 @@ fn main() {
                     let Ok((s, _)) = l.accept().await else {
                         continue;
                     };
-                    tokio::spawn(serve(s, big.clone()));
+                    tokio::spawn(serve(s, big.clone(), status));
                 }
             }));
         }
@@ -60,7 +70,7 @@ fn main() {
                         continue;
                     };
                     let _ = s.set_nodelay(true);
-                    tokio::spawn(serve(s, big.clone()));
+                    tokio::spawn(serve(s, big.clone(), status));
                 }
             }));
         }
@@ -71,11 +81,16 @@ fn main() {
     });
 }
 
-async fn serve<S>(s: S, big: Bytes)
+async fn serve<S>(s: S, big: Bytes, status: u16)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let status = if req.uri().path() == "/health" {
+            200
+        } else {
+            status
+        };
         let body = if req.uri().path() == "/64k" {
             big.clone()
         } else {
@@ -84,6 +99,7 @@ where
         async move {
             Ok::<_, Infallible>(
                 Response::builder()
+                    .status(status)
                     .header("content-type", "application/json")
                     .body(Full::new(body))
                     .expect("static response"),

@@ -180,6 +180,91 @@ pub fn check_path(path: &str) -> Result<String, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::UpstreamAddr;
+    use crate::metrics::Metrics;
+    use crate::proxy::pool::PoolOptions;
+
+    fn pool(name: &str) -> Arc<Pool> {
+        Pool::new(PoolOptions::local(
+            name,
+            UpstreamAddr::Unix(format!("/nonexistent/{name}.sock").into()),
+            65536,
+            Metrics::new(),
+        ))
+    }
+
+    fn route(patterns: &[&str], methods: &[Method], plaintext: bool, name: &str) -> Route {
+        Route {
+            patterns: patterns.iter().map(|p| p.parse().unwrap()).collect(),
+            methods: methods.to_vec(),
+            plaintext,
+            target: Target::Forward(pool(name)),
+        }
+    }
+
+    /// The pool a request goes to, by name; "default" for the listener's own.
+    fn to(routes: &Routes, method: &Method, path: &str, tls: bool) -> Result<String, u16> {
+        match routes.decide(method, path, tls) {
+            Ok(Decision::Default) => Ok("default".into()),
+            Ok(Decision::Forward(p)) => Ok(p.name.clone()),
+            Ok(Decision::Find(_)) => Ok("find".into()),
+            Err(e) => Err(e.status().as_u16()),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_most_specific_route_wins_whatever_the_order() {
+        let routes = Routes::new(
+            TlsMode::Optional,
+            vec![
+                route(&["/a/*"], &[], true, "a"),
+                route(&["/a/b/*"], &[], false, "ab"),
+                route(&["/a/b/c"], &[Method::GET], true, "abc-exact"),
+                route(&["/a/b/*"], &[], true, "ab-second"),
+            ],
+        );
+        let get = &Method::GET;
+        assert_eq!(to(&routes, get, "/a/x", true).unwrap(), "a");
+        assert_eq!(
+            to(&routes, get, "/a/b/x", true).unwrap(),
+            "ab",
+            "longer prefix; first of equals"
+        );
+        assert_eq!(to(&routes, get, "/a/b/c", true).unwrap(), "abc-exact");
+        assert_eq!(to(&routes, get, "/a/b/c/d", true).unwrap(), "ab");
+        assert_eq!(to(&routes, get, "/v1", true).unwrap(), "default");
+        // Over plain HTTP only plaintext routes; the route chosen decides, not any match.
+        assert_eq!(to(&routes, get, "/a/x", false).unwrap(), "a");
+        assert_eq!(to(&routes, get, "/a/b/x", false), Err(403));
+        assert_eq!(to(&routes, get, "/v1", false), Err(403));
+        // Methods: 405 with the route's Allow.
+        assert_eq!(to(&routes, &Method::POST, "/a/b/c", true), Err(405));
+        match routes.decide(&Method::POST, "/a/b/c", true) {
+            Err(ProxyError::MethodNotAllowed(allow)) => assert_eq!(allow, "GET"),
+            _ => panic!("405 expected"),
+        }
+        // Matching is on the decoded path.
+        assert_eq!(to(&routes, get, "/a/b/%63", true).unwrap(), "abc-exact");
+        assert_eq!(to(&routes, get, "/a/../v1", true), Err(400));
+    }
+
+    #[tokio::test]
+    async fn a_none_listener_without_plaintext_routes_serves_plain_http_as_before() {
+        let routes = Routes::new(
+            TlsMode::None,
+            vec![route(&["/images/*"], &[], false, "img")],
+        );
+        assert_eq!(to(&routes, &Method::GET, "/v1", false).unwrap(), "default");
+        assert_eq!(
+            to(&routes, &Method::GET, "/images/x", false).unwrap(),
+            "img"
+        );
+        let server = Routes::new(
+            TlsMode::Server,
+            vec![route(&["/images/*"], &[], false, "img")],
+        );
+        assert_eq!(to(&server, &Method::GET, "/v1", true).unwrap(), "default");
+    }
 
     #[test]
     fn paths_that_an_upstream_would_resolve_differently_are_refused() {

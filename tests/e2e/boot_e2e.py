@@ -1,0 +1,561 @@
+#!/usr/bin/env python3
+"""End-to-end test of boot-file routing against a real distributed Ironic (issue 12).
+
+Three all-in-one Ironic 39 instances on 127.0.0.2-4 share one MariaDB, with the `ipxe` boot
+interface and the `ramdisk` deploy interface (fake power and management), each with its own
+`[deploy]http_root` served by a real static HTTP server (`python3 -m http.server`) on
+<ip>:6180 and `[deploy]http_url` pointing at it. Each instance has an ironic-proxy sidecar whose
+API listener is `tls = "optional"` on <ip>:6385: TLS to Ironic's API on its unix socket, and
+over plain HTTP only a `find = "newest"` route for `boot.ipxe`, `pxelinux.cfg/*`,
+`grub.cfg-01-*` (local = its own file server, peers = every file server through DNS). One more
+ironic-proxy on 127.0.0.1:6385 is the load balancer, with the same route whose endpoints are the
+sidecars (TLS), so its fan-out reaches each sidecar, which answers from its own files only
+(loop safety).
+
+What Ironic 39 writes (read in the installed package): `boot.ipxe` at conductor start into
+http_root (`common/pxe_utils.py` create_ipxe_boot_script, template
+`drivers/modules/boot.ipxe`: `chain pxelinux.cfg/${mac:hexhyp}`, relative to its own URL); on
+deploy with the ramdisk interface (`drivers/modules/ramdisk.py` deploy -> boot.prepare_instance)
+`<uuid>/config` plus the symlinks `pxelinux.cfg/<mac with hyphens>` (`_get_pxe_mac_path`),
+`grub.cfg-01-<mac>` and `<mac>.conf` (`_get_pxe_grub_mac_path`), only on the owning conductor;
+undeploy removes them; takeover of an active node calls prepare_instance again on the new owner
+(`RamdiskDeploy.prepare`).
+
+Run it through scripts/e2e-boot (`flock /tmp/ironic-e2e.lock scripts/e2e-boot`).
+"""
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+
+import requests
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+HTTP_PORT = 6180  # Ironic's httpd in Metal3
+LB = f"127.0.0.1:{h.LB_PORT}"
+NODES_PER_CONDUCTOR = 2
+STEP_TIMEOUT = 120
+
+
+def sidecar_config(inst, ca_dir):
+    """harness.sidecar_config with the API listener on one port for TLS and plain boot files."""
+    base = h.sidecar_config(inst, ca_dir, h.IPS)
+    old = f'tls = "server"\nupstream = "unix:{inst.api_sock}"\n'
+    if old not in base:
+        raise h.Failure("harness.sidecar_config changed shape; update boot_e2e.sidecar_config")
+    new = f"""tls = "optional"
+upstream = "unix:{inst.api_sock}"
+
+[[listeners.routes]]
+paths = ["/boot.ipxe", "/pxelinux.cfg/*", "/grub.cfg-01-*"]
+plaintext = true
+[listeners.routes.upstream]
+local = "{inst.ip}:{HTTP_PORT}"
+dns = "{h.SERVICE}:{HTTP_PORT}"
+find = "newest"
+find_timeout = "2s"
+health = {{ path = "/boot.ipxe", interval = "1s", timeout = "1s", unhealthy_after = 1, healthy_after = 1 }}
+"""
+    return base.replace(old, new) + f'\n[dns]\nservers = ["127.0.0.1:{{dns_port}}"]\nrefresh = "2s"\n'
+
+
+def lb_config(ca_dir, admin_port, dns_port):
+    return f"""# Load balancer with the boot-file route (written by tests/e2e/boot_e2e.py).
+[identity]
+trust = "{ca_dir}/ca.crt"
+issuer_cert = "{ca_dir}/ca.crt"
+issuer_key = "{ca_dir}/ca.key"
+ip_addresses = ["{h.LB_HOST}"]
+validity = "1h"
+
+[admin]
+listen = "127.0.0.1:{admin_port}"
+
+[dns]
+servers = ["127.0.0.1:{dns_port}"]
+refresh = "2s"
+
+[[listeners]]
+name = "api"
+listen = "{LB}"
+tls = "optional"
+[listeners.upstream]
+dns = "{h.SERVICE}:{h.API_PORT}"
+tls = true
+health = {{ path = "/", interval = "2s", timeout = "1s", unhealthy_after = 2, healthy_after = 1 }}
+
+[[listeners.routes]]
+paths = ["/boot.ipxe", "/pxelinux.cfg/*", "/grub.cfg-01-*"]
+plaintext = true
+[listeners.routes.upstream]
+dns = "{h.SERVICE}:{h.API_PORT}"
+tls = true
+find = "newest"
+find_timeout = "2s"
+health = {{ path = "/boot.ipxe", interval = "1s", timeout = "1s", unhealthy_after = 1, healthy_after = 1 }}
+"""
+
+
+def ironic_conf(inst, db_url, images):
+    """harness.ironic_conf with iPXE boot and ramdisk deploy (IRONIC.md, "iPXE boot files")."""
+    conf = h.ironic_conf(inst, db_url)
+    conf = conf.replace("enabled_boot_interfaces = fake", "enabled_boot_interfaces = ipxe,fake")
+    conf = conf.replace(
+        "enabled_deploy_interfaces = fake", "enabled_deploy_interfaces = ramdisk,fake"
+    )
+    conf = conf.replace(
+        "[conductor]\n",
+        f"[conductor]\nautomated_clean = false\nfile_url_allowed_paths = {images}\n",
+    )
+    return conf + f"""
+[deploy]
+http_url = http://{inst.ip}:{HTTP_PORT}
+http_root = {inst.http_root}
+
+[pxe]
+tftp_root = {inst.dir}/tftp
+tftp_master_path = {inst.dir}/tftp/master_images
+instance_master_path = {inst.dir}/master_images
+"""
+
+
+class Boot:
+    def __init__(self, args):
+        self.args = args
+        self.bin = os.path.abspath(args.proxy_bin)
+        self.venv_bin = os.path.dirname(os.path.abspath(sys.executable))
+        self.root = tempfile.mkdtemp(prefix="ironic-boot-e2e-")
+        os.chmod(self.root, 0o755)
+        self.procs = h.Procs()
+        self.ca_dir = os.path.join(self.root, "ca")
+        self.ca = os.path.join(self.ca_dir, "ca.crt")
+        self.images = os.path.join(self.root, "images")
+        self.instances = [h.Instance(self.root, ip) for ip in h.IPS]
+        for inst in self.instances:
+            inst.http_root = os.path.join(inst.dir, "httproot")
+            os.makedirs(inst.http_root)
+            os.makedirs(os.path.join(inst.dir, "tftp", "master_images"))
+            os.makedirs(os.path.join(inst.dir, "master_images"))
+            inst.http = None
+        self.db = h.MariaDB(self.root, self.procs)
+        self.api = requests.Session()
+        self.api.verify = self.ca
+        self.api.trust_env = False  # no proxy from the environment: loopback only
+        self.api.headers.update(h.HEADERS)
+        self.results = []  # (name, ok, detail)
+        self.nodes = {}  # uuid -> mac
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def check(self, name, ok, detail=""):
+        self.results.append((name, bool(ok), detail))
+        print(f"e2e-boot: {'PASS' if ok else 'FAIL'} {name} {detail}", flush=True)
+
+    def start_http(self, inst):
+        inst.http = self.procs.start(
+            f"http {inst.ip}",
+            [sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", inst.ip,
+             "--directory", inst.http_root],
+            os.path.join(inst.dir, "http.log"),
+        )  # fmt: skip
+        h.wait_for(f"http server {inst.ip}", lambda: h.port_in_use(inst.ip, HTTP_PORT), 10)
+
+    def start_proxy(self, name, conf, log):
+        return self.procs.start(
+            name,
+            [self.bin, "--log-format", "json", "run", "--config", conf],
+            log,
+            env={**os.environ, "RUST_LOG": "info"},
+        )
+
+    def lb_get(self, path, method="GET", tls=False):
+        scheme = "https" if tls else "http"
+        return self.api.request(method, f"{scheme}://{LB}{path}", timeout=15)
+
+    def sidecar_get(self, inst, path, method="GET", tls=False):
+        scheme = "https" if tls else "http"
+        return self.api.request(method, f"{scheme}://{inst.ip}:{h.API_PORT}{path}", timeout=15)
+
+    def node(self, u):
+        r = self.api.get(f"https://{LB}/v1/nodes/{u}", timeout=15)
+        r.raise_for_status()
+        return r.json()
+
+    def provision(self, uuids, target, state):
+        for u in uuids:
+            r = self.api.put(
+                f"https://{LB}/v1/nodes/{u}/states/provision", json={"target": target}, timeout=30
+            )
+            if r.status_code != 202:
+                raise h.Failure(f"{target} {u}: HTTP {r.status_code}: {r.text[:300]}")
+
+        def done():
+            states = [self.node(u) for u in uuids]
+            for n in states:
+                if n["provision_state"] in ("deploy failed", "clean failed", "error"):
+                    raise h.Failure(f"{n['uuid']} -> {n['provision_state']}: {n['last_error']}")
+            return all(n["provision_state"] == state for n in states)
+
+        h.wait_for(f"{len(uuids)} nodes {state}", done, STEP_TIMEOUT)
+
+    def owner(self, u):
+        ip = self.node(u)["conductor"]
+        return next(i for i in self.instances if i.ip == ip)
+
+    def mac_path(self, u):
+        return "/pxelinux.cfg/" + self.nodes[u].replace(":", "-")
+
+    def on_disk(self, inst, path):
+        with open(inst.http_root + path, "rb") as f:
+            return f.read()
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def setup(self):
+        busy = [
+            f"{ip}:{p}"
+            for ip in h.IPS
+            for p in (h.RPC_PORT, h.API_PORT, h.ADMIN_PORT, HTTP_PORT)
+            if h.port_in_use(ip, p)
+        ] + ([LB] if h.port_in_use(h.LB_HOST, h.LB_PORT) else [])
+        if busy:
+            raise h.Failure(f"ports already in use (another run?): {', '.join(busy)}")
+        h.run([self.bin, "ca", "init", "--out", self.ca_dir, "--name", "boot-e2e CA",
+               "--permit-ip", "127.0.0.0/8"], "ca init")  # fmt: skip
+        os.makedirs(self.images)
+        for name in ("kernel", "ramdisk"):
+            with open(os.path.join(self.images, name), "wb") as f:
+                f.write(b"\0" * 8192)
+        self.db.start()
+        dns_port = h.free_port()
+        h.start_dnsmasq(self.root, self.procs, dns_port, h.IPS)
+        for inst in self.instances:
+            with open(inst.sidecar_conf, "w") as f:
+                f.write(sidecar_config(inst, self.ca_dir).replace("{dns_port}", str(dns_port)))
+            with open(inst.conf, "w") as f:
+                f.write(ironic_conf(inst, self.db.url, self.images))
+            h.run([self.bin, "check", "--config", inst.sidecar_conf], "check sidecar config")
+        self.lb_admin = f"http://127.0.0.1:{h.free_port()}"
+        lb_conf = os.path.join(self.root, "lb.toml")
+        with open(lb_conf, "w") as f:
+            f.write(lb_config(self.ca_dir, self.lb_admin.rsplit(":", 1)[1], dns_port))
+        h.run([self.bin, "check", "--config", lb_conf], "check LB config")
+        h.run([os.path.join(self.venv_bin, "ironic-dbsync"), "--config-file",
+               self.instances[0].conf, "create_schema"], "ironic-dbsync")  # fmt: skip
+        for inst in self.instances:
+            self.start_http(inst)
+            inst.sidecar = self.start_proxy(f"sidecar {inst.ip}", inst.sidecar_conf, inst.sidecar_log)
+        for inst in self.instances:
+            h.wait_for(
+                f"sidecar {inst.ip} exports its certificate",
+                lambda i=inst: os.path.exists(os.path.join(i.tls_dir, "tls.crt")),
+                30,
+            )
+            inst.ironic = self.procs.start(
+                f"ironic {inst.ip}",
+                [os.path.join(self.venv_bin, "ironic"), "--config-file", inst.conf],
+                inst.ironic_log,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        for inst in self.instances:
+
+            def serving(i=inst):
+                if i.ironic.poll() is not None:
+                    raise h.Failure(f"ironic {i.ip} exited:\n" + h.tail(i.ironic_log, 20))
+                r = self.api.get(f"https://{i.ip}:{h.API_PORT}/v1/conductors", timeout=5)
+                return r.ok and any(
+                    c["hostname"] == i.ip and c["alive"] for c in r.json()["conductors"]
+                )
+
+            h.wait_for(f"Ironic {inst.ip} to serve", serving, 120)
+        self.lb = self.start_proxy("load balancer", lb_conf, os.path.join(self.root, "lb.log"))
+        h.wait_for(
+            "the load balancer ready, its boot route with 3 healthy sidecars",
+            lambda: requests.get(self.lb_admin + "/readyz", timeout=2).ok
+            and h.metric(
+                h.scrape(self.lb_admin),
+                "ironic_proxy_upstream_endpoints",
+                upstream="api/routes[0]",
+                state="healthy",
+            )
+            == 3,
+            60,
+        )
+
+    def pick_uuids(self):
+        from tooz import hashring
+
+        ring = hashring.HashRing(h.IPS, partitions=2**5, hash_function="md5")
+        want = {ip: NODES_PER_CONDUCTOR for ip in h.IPS}
+        picked = []
+        while sum(want.values()):
+            u = str(uuid.uuid4())
+            owner = ring.get_nodes(u.encode()).pop()
+            if want[owner]:
+                want[owner] -= 1
+                picked.append(u)
+        return picked
+
+    def deploy(self):
+        images = self.images
+        for i, u in enumerate(self.pick_uuids()):
+            mac = f"52:54:00:00:00:{i + 1:02x}"
+            r = self.api.post(
+                f"https://{LB}/v1/nodes",
+                json={
+                    "name": f"boot-e2e-{i}",
+                    "uuid": u,
+                    "driver": "fake-hardware",
+                    "boot_interface": "ipxe",
+                    "deploy_interface": "ramdisk",
+                    "network_interface": "noop",
+                    "instance_info": {
+                        "kernel": f"file://{images}/kernel",
+                        "ramdisk": f"file://{images}/ramdisk",
+                    },
+                },
+                timeout=30,
+            )
+            if r.status_code != 201:
+                raise h.Failure(f"create node: HTTP {r.status_code}: {r.text[:300]}")
+            r = self.api.post(
+                f"https://{LB}/v1/ports", json={"address": mac, "node_uuid": u}, timeout=30
+            )
+            if r.status_code != 201:
+                raise h.Failure(f"create port: HTTP {r.status_code}: {r.text[:300]}")
+            self.nodes[u] = mac
+        uuids = list(self.nodes)
+        self.provision(uuids, "manage", "manageable")
+        self.provision(uuids, "provide", "available")
+        self.provision(uuids, "active", "active")
+        owners = {self.owner(u).ip for u in uuids}
+        self.check("every instance owns a deployed node", owners == set(h.IPS), f"{owners}")
+
+    def served_by_all(self, fn):
+        """fn(get) for the sidecar of the first instance and for the load balancer."""
+        first = self.instances[0]
+        return [
+            ("sidecar", fn(lambda p, **kw: self.sidecar_get(first, p, **kw))),
+            ("lb", fn(lambda p, **kw: self.lb_get(p, **kw))),
+        ]
+
+    def boot_files(self):
+        ipxe = self.served_by_all(lambda get: get("/boot.ipxe"))
+        self.check(
+            "boot.ipxe 200 over plain HTTP",
+            all(r.status_code == 200 and b"chain pxelinux.cfg/" in r.content for _, r in ipxe),
+            str([(w, r.status_code) for w, r in ipxe]),
+        )
+        bad = []
+        for u in self.nodes:
+            owner = self.owner(u)
+            want = self.on_disk(owner, self.mac_path(u))
+            for who, r in self.served_by_all(lambda get, u=u: get(self.mac_path(u))):
+                if r.status_code != 200 or r.content != want:
+                    bad.append(f"{who} {u}: {r.status_code}")
+            if f"http://{owner.ip}:{HTTP_PORT}/".encode() not in want:
+                bad.append(f"{u}: owner's config does not name the owner's http_url")
+        self.check("every node's pxelinux.cfg/<mac> 200, byte-equal to the owner's", not bad, str(bad))
+
+        unknown = self.served_by_all(lambda get: get("/pxelinux.cfg/52-54-00-ff-ff-ff"))
+        self.check(
+            "unknown MAC 404 without Retry-After",
+            all(r.status_code == 404 and "Retry-After" not in r.headers for _, r in unknown),
+            str([(w, r.status_code, dict(r.headers)) for w, r in unknown]),
+        )
+        u = next(iter(self.nodes))
+        same = []
+        for who, (g, hd) in self.served_by_all(
+            lambda get: (get(self.mac_path(u)), get(self.mac_path(u), method="HEAD"))
+        ):
+            keys = ("Content-Length", "Last-Modified", "Content-Type")
+            same.append(
+                (who, hd.status_code == g.status_code and all(
+                    g.headers.get(k) == hd.headers.get(k) for k in keys))
+            )  # fmt: skip
+        self.check("HEAD matches GET", all(ok for _, ok in same), str(same))
+        post = self.served_by_all(lambda get: get(self.mac_path(u), method="POST"))
+        self.check(
+            "POST 405 with Allow",
+            all(r.status_code == 405 and r.headers.get("Allow") == "GET, HEAD" for _, r in post),
+            str([(w, r.status_code) for w, r in post]),
+        )
+        v1 = self.served_by_all(lambda get: get("/v1"))
+        v1_tls = self.served_by_all(lambda get: get("/v1", tls=True))
+        self.check(
+            "/v1 403 over plain HTTP, 200 over TLS on the same port",
+            all(r.status_code == 403 for _, r in v1) and all(r.status_code == 200 for _, r in v1_tls),
+            str([(w, r.status_code) for w, r in v1 + v1_tls]),
+        )
+
+    def owner_http_killed(self):
+        victim = self.instances[1]
+        theirs = [u for u in self.nodes if self.owner(u) is victim]
+        others = [u for u in self.nodes if self.owner(u) is not victim]
+        self.procs.stop(victim.http)
+        time.sleep(0.5)
+        bad = []
+        for u in theirs:
+            for who, r in self.served_by_all(lambda get, u=u: get(self.mac_path(u))):
+                if r.status_code != 502 or "Retry-After" in r.headers:
+                    bad.append(f"{who} owner's {u}: {r.status_code}")
+        for u in others:
+            for who, r in self.served_by_all(lambda get, u=u: get(self.mac_path(u))):
+                if r.status_code != 200:
+                    bad.append(f"{who} other {u}: {r.status_code}")
+        self.check("owner's HTTP server killed: its nodes 502, the others 200", not bad, str(bad))
+        self.start_http(victim)
+        # Until the health checks pass again, a find that finds nothing answers 502 (the
+        # unavailable endpoint may be the owner), not 404: wait for them.
+        self.wait_routes_healthy()
+
+    def wait_routes_healthy(self):
+        def healthy(url, n):
+            return h.metric(
+                h.scrape(url),
+                "ironic_proxy_upstream_endpoints",
+                upstream="api/routes[0]",
+                state="healthy",
+            ) == n
+
+        # The sidecar's route: local and the three httpds from DNS; the LB's: the three sidecars.
+        h.wait_for(
+            "every boot route endpoint healthy again",
+            lambda: healthy(self.instances[0].admin_url, 4) and healthy(self.lb_admin, 3),
+            30,
+        )
+
+    def stale_copy(self):
+        u = next(u for u in self.nodes if self.owner(u) is self.instances[2])
+        path = self.mac_path(u)
+        stale = self.instances[0].http_root + path
+        os.makedirs(os.path.dirname(stale), exist_ok=True)
+        with open(stale, "wb") as f:
+            f.write(b"#!ipxe\necho stale copy from an old owner\n")
+        past = time.time() - 3600
+        os.utime(stale, (past, past))
+        want = self.on_disk(self.instances[2], path)
+        got = self.served_by_all(lambda get: get(path))
+        self.check(
+            "stale older copy on another instance: the owner's newer copy served",
+            all(r.status_code == 200 and r.content == want for _, r in got),
+            str([(w, r.status_code, r.content[:40]) for w, r in got]),
+        )
+        os.unlink(stale)
+
+    def undeploy_one(self):
+        u = next(iter(self.nodes))
+        self.provision([u], "deleted", "available")
+        got = self.served_by_all(lambda get: get(self.mac_path(u)))
+        self.check(
+            "after undeploy: 404",
+            all(r.status_code == 404 for _, r in got),
+            str([(w, r.status_code) for w, r in got]),
+        )
+        del self.nodes[u]
+
+    def takeover(self):
+        victim = self.instances[2]
+        theirs = [u for u in self.nodes if self.owner(u) is victim]
+        old = {u: self.on_disk(victim, self.mac_path(u)) for u in theirs}
+        self.procs.kill(victim.ironic)
+        t0 = time.monotonic()
+
+        def taken():
+            owners = {u: self.owner(u) for u in theirs}
+            if any(o is victim for o in owners.values()):
+                return False
+            return all(
+                os.path.exists(o.http_root + self.mac_path(u)) for u, o in owners.items()
+            )
+
+        how = "taken over"
+        try:
+            h.wait_for("the killed conductor's nodes taken over", taken, 90)
+        except h.Failure:
+            # Not rewritten by the takeover: redeploy (rebuild) on the new owner.
+            how = "rebuilt"
+            self.provision(theirs, "rebuild", "active")
+        bad = []
+        for u in theirs:
+            new_owner = self.owner(u)
+            want = self.on_disk(new_owner, self.mac_path(u))
+            if want == old[u]:
+                bad.append(f"{u}: the new owner's config equals the old one")
+            for who, r in self.served_by_all(lambda get, u=u: get(self.mac_path(u))):
+                if r.status_code != 200 or r.content != want:
+                    bad.append(f"{who} {u}: {r.status_code} {r.content[:60]!r}")
+        self.check(
+            f"conductor killed, nodes {how} in {time.monotonic() - t0:.0f} s: new owner's file "
+            "served (the old owner's copy still on its HTTP server)",
+            not bad and theirs,
+            str(bad),
+        )
+
+    def find_metrics(self):
+        for name, url in [("sidecar", self.instances[0].admin_url), ("lb", self.lb_admin)]:
+            s = h.scrape(url)
+            counts = {
+                o: h.metric(s, "ironic_proxy_find_total", outcome=o)
+                for o in ("found", "not_found", "failed", "no_endpoint")
+            }
+            print(f"e2e-boot: {name} ironic_proxy_find_total {counts}", flush=True)
+
+    def run(self):
+        self.setup()
+        self.deploy()
+        self.boot_files()
+        self.owner_http_killed()
+        self.stale_copy()
+        self.undeploy_one()
+        self.takeover()
+        self.find_metrics()
+
+    def cleanup(self, failed):
+        self.procs.cleanup(last=[self.db.proc] if self.db.proc else [])
+        if failed or self.args.keep:
+            print(f"e2e-boot: logs kept in {self.root}")
+        else:
+            import shutil
+
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--proxy-bin", required=True)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda s, _f: (_ for _ in ()).throw(SystemExit(128 + s)))
+    t0 = time.monotonic()
+    boot, error = None, None
+    try:
+        boot = Boot(args)
+        boot.run()
+    except h.Failure as e:
+        error = str(e)
+    except BaseException as e:  # noqa: BLE001 - always clean up and print the summary
+        error = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+    results = boot.results if boot else []
+    passed = error is None and results and all(ok for _, ok, _ in results)
+    if boot is not None:
+        boot.cleanup(failed=not passed)
+    print("\n==== ironic-proxy boot-file end-to-end summary (real distributed Ironic) ====")
+    for name, ok, detail in results:
+        print(f"{'PASS' if ok else 'FAIL'}  {name}" + ("" if ok else f"  ({detail})"))
+    if error:
+        print(f"error: {error}")
+    print(f"result: {'PASS' if passed else 'FAIL'} in {time.monotonic() - t0:.0f} s")
+    sys.exit(0 if passed else 1)
+
+
+if __name__ == "__main__":
+    main()
