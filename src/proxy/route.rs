@@ -205,9 +205,9 @@ mod tests {
     /// The pool a request goes to, by name; "default" for the listener's own.
     fn to(routes: &Routes, method: &Method, path: &str, tls: bool) -> Result<String, u16> {
         match routes.decide(method, path, tls) {
-            Ok(Decision::Default) => Ok("default".into()),
-            Ok(Decision::Forward(p)) => Ok(p.name.clone()),
-            Ok(Decision::Find(_)) => Ok("find".into()),
+            Ok((Decision::Default, _)) => Ok("default".into()),
+            Ok((Decision::Forward(p), _)) => Ok(p.name.clone()),
+            Ok((Decision::Find(_), _)) => Ok("find".into()),
             Err(e) => Err(e.status().as_u16()),
         }
     }
