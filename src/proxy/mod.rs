@@ -318,7 +318,6 @@ impl Proxy {
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         let deadline = Instant::now() + self.limits.upstream_timeout;
         let replayable_method = headers::is_replayable(&parts.method);
-        let replayable_body = body.is_replayable();
         let mut tried: SmallVec<[Slot; 4]> = SmallVec::new();
         let mut last_err: Option<ProxyError> = None;
         let max = self.limits.max_body_bytes;
@@ -404,7 +403,10 @@ impl Proxy {
                     } else {
                         member.health.record_passive_success();
                     }
-                    let more = replayable_body && attempts_left && Instant::now() < deadline;
+                    // Held back for another try only when one can follow (`spare`: tries left,
+                    // another endpoint, a replayable body); a lone endpoint's 503 is relayed
+                    // as it is, not turned into our 502.
+                    let more = spare.is_some() && Instant::now() < deadline;
                     if !(gateway_error && replayable_method && more) {
                         let mut resp = resp;
                         let version = resp.version();
