@@ -134,6 +134,10 @@ pub fn load(name: &str, env: &dyn Env) -> Result<Config, ProfileError> {
         .map(toml::Value::Table)
         .expect("built-in profile templates parse (tested)");
     let origins = assemble(&mut tree, &env)?;
+    let config = Config::from_tree(tree, &env).map_err(|source| ProfileError::Config {
+        name: profile.name,
+        source: origins.name_variables(source),
+    })?;
     if origins.unprotected_api {
         tracing::warn!(
             profile = profile.name,
@@ -142,10 +146,7 @@ pub fn load(name: &str, env: &dyn Env) -> Result<Config, ProfileError> {
              authentication off on purpose)"
         );
     }
-    Config::from_tree(tree, &env).map_err(|source| ProfileError::Config {
-        name: profile.name,
-        source: origins.name_variables(source),
-    })
+    Ok(config)
 }
 
 /// Which keys [`assemble`] set from which variable, so errors can name it.
