@@ -492,3 +492,74 @@ fn check_prints_auth_and_tls_from_the_variables_and_names_a_bad_one() {
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(o.stderr.contains("no-such-htpasswd"), "{o:?}");
 }
+
+#[test]
+fn the_balancer_profile_checks_credentials_at_the_front_door() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca");
+    node::ca_init(&ca, &[]);
+    let htpasswd = dir.path().join("htpasswd");
+    std::fs::write(&htpasswd, htpasswd_entry("ironic", "s3cret")).expect("htpasswd");
+    // OpenShift's split: the sidecar (API on its own port) behind the balancer, both protected.
+    let api_up = Upstream::start(&dir.path().join("ironic.sock"));
+    let _rpc_up = Upstream::start(&dir.path().join("json-rpc.sock"));
+    let sidecar_admin = SocketAddr::new(LO, node::free_port_on(LO));
+    let (api, rpc) = (node::free_port_on(LO), node::free_port_on(LO));
+    let mut env = sidecar_env(dir.path(), &ca, sidecar_admin, api, rpc);
+    env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
+    let mut sidecar = Role::spawn(
+        &["run", "--profile", "sidecar-openshift"],
+        &env,
+        sidecar_admin,
+    );
+    sidecar.wait_ready(Duration::from_secs(20));
+    let lb_admin = SocketAddr::new(LO, node::free_port_on(LO));
+    let lb = node::free_port_on(LO);
+    // No cluster DNS here: a closed port answers nothing, so the fallback is the peer.
+    let no_dns = SocketAddr::new(LO, node::free_port_on(LO));
+    let lb_env: Vec<(&str, String)> = vec![
+        ("POD_NAMESPACE", "metal3".into()),
+        ("POD_IPS", "127.0.0.1".into()),
+        ("IRONIC_PROXY_TRUST", s(&ca.join("ca.crt"))),
+        ("IRONIC_PROXY_ISSUER_DIR", s(&ca)),
+        ("IRONIC_PROXY_ADMIN_LISTEN", lb_admin.to_string()),
+        ("IRONIC_PROXY_BIND", "127.0.0.1".into()),
+        ("IRONIC_PROXY_API_PORT", lb.to_string()),
+        ("IRONIC_PROXY_FALLBACK", format!("127.0.0.1:{api}")),
+        ("IRONIC_PROXY_DNS_SERVERS", no_dns.to_string()),
+        ("IRONIC_PROXY_HTPASSWD", s(&htpasswd)),
+        ("IRONIC_PROXY_AUTH_REALM", "Ironic API".into()),
+    ];
+    let mut balancer = Role::spawn(&["run", "--profile", "balancer"], &lb_env, lb_admin);
+    balancer.wait_ready(Duration::from_secs(30));
+    let cacert = s(&ca.join("ca.crt"));
+    let nodes = format!("https://127.0.0.1:{lb}/v1/nodes");
+    let (code, head) = api_call(&cacert, &nodes, &[]);
+    assert_eq!(code, "401", "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("www-authenticate: basic realm=\"ironic api\""),
+        "{head}"
+    );
+    // Only health checks (`/`, public, so they pass the sidecar's auth) reached Ironic.
+    assert!(
+        api_up.requests().iter().all(|r| r.path == "/"),
+        "{:?}",
+        api_up.requests()
+    );
+    // The right credentials pass the balancer and, forwarded, the sidecar.
+    let (code, head) = api_call(&cacert, &nodes, &["-u", "ironic:s3cret"]);
+    assert_eq!(code, "200", "{head}");
+    assert_eq!(
+        api_up.requests().last().map(|r| r.path.clone()).as_deref(),
+        Some("/v1/nodes")
+    );
+    // The agent's lookup passes both without credentials.
+    let lookup = format!("https://127.0.0.1:{lb}/v1/lookup?addresses=52:54:00:00:00:01");
+    let (code, head) = api_call(&cacert, &lookup, &[]);
+    assert_eq!(code, "200", "{head}");
+    assert!(api_up
+        .requests()
+        .last()
+        .is_some_and(|r| r.path.starts_with("/v1/lookup")));
+}
