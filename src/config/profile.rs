@@ -11,7 +11,6 @@
 //!   `/certs/ironic`, the directory where the Ironic standalone operator mounts its TLS secret).
 //! - `IRONIC_PROXY_PEERS`: `none` turns the sidecar's API peers off (only the local Ironic);
 //!   `NAME:PORT` or `srv:NAME` replaces the discovery target built from the Service name.
-//!
 //! - `IRONIC_PROXY_HTPASSWD`: the htpasswd file that protects the API listener with
 //!   `[listeners.auth]` (the Ironic standalone operator mounts its API credentials Secret at
 //!   `/auth/ironic/`, key `htpasswd`); `none` turns authentication off on purpose; unset serves
