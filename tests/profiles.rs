@@ -194,6 +194,15 @@ fn the_sidecar_profile_runs_from_the_environment_alone() {
         .logs()
         .iter()
         .any(|l| l.contains("DEV configuration")));
+    // No IRONIC_PROXY_HTPASSWD: the API serves without authentication, and a warning says so.
+    assert!(
+        sidecar
+            .logs()
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("without authentication")),
+        "{:?}",
+        sidecar.logs()
+    );
     let cacert = s(&ca.join("ca.crt"));
     // API: server TLS with the self-issued certificate for the pod IP, verified by curl.
     let o = curl(&[
@@ -280,4 +289,277 @@ fn mounted_certificates_and_the_openshift_port_come_from_switches_alone() {
     let o = cli(&["check", "--profile", "sidecar"], &bad);
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(o.stderr.contains("IRONIC_PROXY_IDENTITY"), "{o:?}");
+}
+
+/// An htpasswd line as `htpasswd -B` writes it (`$2y$`, its default cost 5).
+fn htpasswd_entry(user: &str, password: &str) -> String {
+    let h = bcrypt::hash_with_result(password, 5).expect("bcrypt");
+    format!("{user}:{}\n", h.format_for_version(bcrypt::Version::TwoY))
+}
+
+/// `curl ARGS URL` against the API: status line code and the headers, one per line.
+fn api_call(cacert: &str, url: &str, extra: &[&str]) -> (String, String) {
+    let mut args = vec!["--cacert", cacert, "-o", "/dev/null", "-D", "-"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-w", "%{http_code}", url]);
+    let o = curl(&args);
+    let code = o
+        .stdout
+        .get(o.stdout.len().saturating_sub(3)..)
+        .unwrap_or("");
+    (code.to_owned(), o.stdout.clone())
+}
+
+#[test]
+fn the_htpasswd_and_tls_variables_protect_the_sidecar_api_but_not_json_rpc() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca");
+    node::ca_init(&ca, &[]);
+    let htpasswd = dir.path().join("htpasswd");
+    std::fs::write(&htpasswd, htpasswd_entry("ironic", "s3cret")).expect("htpasswd");
+    let api_up = Upstream::start(&dir.path().join("ironic.sock"));
+    let rpc_up = Upstream::start(&dir.path().join("json-rpc.sock"));
+    let admin = SocketAddr::new(LO, node::free_port_on(LO));
+    let (api, rpc) = (node::free_port_on(LO), node::free_port_on(LO));
+    let mut env = sidecar_env(dir.path(), &ca, admin, api, rpc);
+    env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
+    env.push(("IRONIC_PROXY_AUTH_REALM", "Ironic API".into()));
+    env.push(("IRONIC_PROXY_TLS_MIN_VERSION", "1.3".into()));
+    let mut sidecar = Role::spawn(&["run", "--profile", "sidecar"], &env, admin);
+    sidecar.wait_ready(Duration::from_secs(20));
+    assert!(
+        !sidecar
+            .logs()
+            .iter()
+            .any(|l| l.contains("without authentication")),
+        "{:?}",
+        sidecar.logs()
+    );
+    let cacert = s(&ca.join("ca.crt"));
+    let nodes = format!("https://127.0.0.1:{api}/v1/nodes");
+    // No credentials, then wrong ones: 401 with the challenge, nothing reaches Ironic.
+    let (code, head) = api_call(&cacert, &nodes, &[]);
+    assert_eq!(code, "401", "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("www-authenticate: basic realm=\"ironic api\""),
+        "{head}"
+    );
+    let (code, head) = api_call(&cacert, &nodes, &["-u", "ironic:wrong"]);
+    assert_eq!(code, "401", "{head}");
+    assert!(api_up.requests().is_empty(), "{:?}", api_up.requests());
+    // The right ones: 200, and Authorization reaches Ironic (forwarded, like httpd does).
+    let (code, head) = api_call(&cacert, &nodes, &["-u", "ironic:s3cret"]);
+    assert_eq!(code, "200", "{head}");
+    let seen = api_up.requests();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].path, "/v1/nodes");
+    assert!(seen[0].header("authorization").is_some(), "{seen:?}");
+    // The ramdisk agent's path is public.
+    let lookup = format!("https://127.0.0.1:{api}/v1/lookup?addresses=52:54:00:00:00:01");
+    let (code, head) = api_call(&cacert, &lookup, &[]);
+    assert_eq!(code, "200", "{head}");
+    assert_eq!(api_up.requests().len(), 2);
+    // JSON-RPC: mTLS only, no Basic auth of ours; Ironic's own http_basic header passes
+    // through untouched.
+    let export = dir.path().join("export");
+    let o = curl(&[
+        "--cacert",
+        &cacert,
+        "--cert",
+        &s(&export.join("tls.crt")),
+        "--key",
+        &s(&export.join("tls.key")),
+        "-H",
+        "Authorization: Basic aXJvbmljOnJwYw==",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-d",
+        "{}",
+        &format!("https://127.0.0.1:{rpc}/"),
+    ]);
+    assert_eq!(o.stdout, "200", "{o:?}");
+    let calls = rpc_up.requests();
+    assert_eq!(
+        calls.last().and_then(|r| r.header("authorization")),
+        Some("Basic aXJvbmljOnJwYw==")
+    );
+    // IRONIC_PROXY_TLS_MIN_VERSION=1.3: openssl offering only TLS 1.2 is refused, 1.3 works,
+    // on both listeners.
+    for port in [api, rpc] {
+        for (version, ok) in [("-tls1_2", false), ("-tls1_3", true)] {
+            let o = support::run_timeout(
+                std::process::Command::new("openssl")
+                    .args([
+                        "s_client", "-brief", version, "-CAfile", &cacert, "-connect",
+                    ])
+                    .arg(format!("127.0.0.1:{port}")),
+                b"",
+                Duration::from_secs(10),
+            );
+            let all = format!("{}{}", o.stdout, o.stderr);
+            // `-brief` prints the protocol only once a handshake completed.
+            assert_eq!(
+                all.contains("Protocol version: "),
+                ok,
+                "{port} {version}: {all}"
+            );
+        }
+    }
+}
+
+#[test]
+fn check_prints_auth_and_tls_from_the_variables_and_names_a_bad_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca");
+    node::ca_init(&ca, &[]);
+    let htpasswd = dir.path().join("htpasswd");
+    std::fs::write(&htpasswd, htpasswd_entry("ironic", "s3cret")).expect("htpasswd");
+    let env = sidecar_env(
+        dir.path(),
+        &ca,
+        "127.0.0.1:9901".parse().expect("addr"),
+        6385,
+        6189,
+    );
+    let base: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // Unset: no auth, and a warning says so.
+    let o = cli(&["check", "--profile", "sidecar"], &base);
+    assert!(o.ok(), "{o:?}");
+    assert!(!o.stdout.contains("[listeners.auth]"), "{}", o.stdout);
+    assert!(o.stderr.contains("WARN"), "{o:?}");
+    assert!(
+        o.stderr.contains("IRONIC_PROXY_HTPASSWD is not set"),
+        "{o:?}"
+    );
+    // `none`: off on purpose, no warning.
+    let mut off = base.clone();
+    off.push(("IRONIC_PROXY_HTPASSWD", "none"));
+    let o = cli(&["check", "--profile", "sidecar"], &off);
+    assert!(o.ok(), "{o:?}");
+    assert!(!o.stderr.contains("IRONIC_PROXY_HTPASSWD"), "{o:?}");
+    // Set, with an OpenShift Intermediate-like policy: both tables in the effective config.
+    let path = s(&htpasswd);
+    for profile in ["sidecar", "balancer"] {
+        let mut on = base.clone();
+        on.retain(|(k, _)| *k != "IRONIC_PROXY_PEERS");
+        on.push(("IRONIC_PROXY_HTPASSWD", &path));
+        on.push(("IRONIC_PROXY_TLS_MIN_VERSION", "1.2"));
+        on.push((
+            "IRONIC_PROXY_TLS_CIPHER_SUITES",
+            "TLS_AES_128_GCM_SHA256,ECDHE-ECDSA-AES128-GCM-SHA256",
+        ));
+        on.push(("IRONIC_PROXY_TLS_GROUPS", "X25519,secp256r1"));
+        on.push(("IRONIC_PROXY_FALLBACK", "127.0.0.1:6388"));
+        let o = cli(&["check", "--profile", profile], &on);
+        assert!(o.ok(), "{profile}: {o:?}");
+        assert!(!o.stderr.contains("IRONIC_PROXY_HTPASSWD"), "{o:?}");
+        for expected in [
+            "[listeners.auth]".to_owned(),
+            format!("htpasswd = \"{path}\""),
+            "[tls]".to_owned(),
+            "min_version = \"1.2\"".to_owned(),
+            "\"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\"".to_owned(),
+            "\"secp256r1\"".to_owned(),
+        ] {
+            assert!(
+                o.stdout.contains(&expected),
+                "{profile}: {expected} in\n{}",
+                o.stdout
+            );
+        }
+    }
+    // A suite rustls does not implement: exit 1, one line naming the key and the variable.
+    let mut bad = base.clone();
+    bad.push((
+        "IRONIC_PROXY_TLS_CIPHER_SUITES",
+        "DHE-RSA-AES128-GCM-SHA256",
+    ));
+    let o = cli(&["check", "--profile", "sidecar"], &bad);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stderr
+            .contains("tls.cipher_suites[0] (from IRONIC_PROXY_TLS_CIPHER_SUITES)"),
+        "{o:?}"
+    );
+    // A missing htpasswd file is named too.
+    let mut missing = base.clone();
+    let gone = s(&dir.path().join("no-such-htpasswd"));
+    missing.push(("IRONIC_PROXY_HTPASSWD", &gone));
+    let o = cli(&["check", "--profile", "sidecar"], &missing);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("no-such-htpasswd"), "{o:?}");
+}
+
+#[test]
+fn the_balancer_profile_checks_credentials_at_the_front_door() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca");
+    node::ca_init(&ca, &[]);
+    let htpasswd = dir.path().join("htpasswd");
+    std::fs::write(&htpasswd, htpasswd_entry("ironic", "s3cret")).expect("htpasswd");
+    // OpenShift's split: the sidecar (API on its own port) behind the balancer, both protected.
+    let api_up = Upstream::start(&dir.path().join("ironic.sock"));
+    let _rpc_up = Upstream::start(&dir.path().join("json-rpc.sock"));
+    let sidecar_admin = SocketAddr::new(LO, node::free_port_on(LO));
+    let (api, rpc) = (node::free_port_on(LO), node::free_port_on(LO));
+    let mut env = sidecar_env(dir.path(), &ca, sidecar_admin, api, rpc);
+    env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
+    let mut sidecar = Role::spawn(
+        &["run", "--profile", "sidecar-openshift"],
+        &env,
+        sidecar_admin,
+    );
+    sidecar.wait_ready(Duration::from_secs(20));
+    let lb_admin = SocketAddr::new(LO, node::free_port_on(LO));
+    let lb = node::free_port_on(LO);
+    // No cluster DNS here: a closed port answers nothing, so the fallback is the peer.
+    let no_dns = SocketAddr::new(LO, node::free_port_on(LO));
+    let lb_env: Vec<(&str, String)> = vec![
+        ("POD_NAMESPACE", "metal3".into()),
+        ("POD_IPS", "127.0.0.1".into()),
+        ("IRONIC_PROXY_TRUST", s(&ca.join("ca.crt"))),
+        ("IRONIC_PROXY_ISSUER_DIR", s(&ca)),
+        ("IRONIC_PROXY_ADMIN_LISTEN", lb_admin.to_string()),
+        ("IRONIC_PROXY_BIND", "127.0.0.1".into()),
+        ("IRONIC_PROXY_API_PORT", lb.to_string()),
+        ("IRONIC_PROXY_FALLBACK", format!("127.0.0.1:{api}")),
+        ("IRONIC_PROXY_DNS_SERVERS", no_dns.to_string()),
+        ("IRONIC_PROXY_HTPASSWD", s(&htpasswd)),
+        ("IRONIC_PROXY_AUTH_REALM", "Ironic API".into()),
+    ];
+    let mut balancer = Role::spawn(&["run", "--profile", "balancer"], &lb_env, lb_admin);
+    balancer.wait_ready(Duration::from_secs(30));
+    let cacert = s(&ca.join("ca.crt"));
+    let nodes = format!("https://127.0.0.1:{lb}/v1/nodes");
+    let (code, head) = api_call(&cacert, &nodes, &[]);
+    assert_eq!(code, "401", "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("www-authenticate: basic realm=\"ironic api\""),
+        "{head}"
+    );
+    // Only health checks (`/`, public, so they pass the sidecar's auth) reached Ironic.
+    assert!(
+        api_up.requests().iter().all(|r| r.path == "/"),
+        "{:?}",
+        api_up.requests()
+    );
+    // The right credentials pass the balancer and, forwarded, the sidecar.
+    let (code, head) = api_call(&cacert, &nodes, &["-u", "ironic:s3cret"]);
+    assert_eq!(code, "200", "{head}");
+    assert_eq!(
+        api_up.requests().last().map(|r| r.path.clone()).as_deref(),
+        Some("/v1/nodes")
+    );
+    // The agent's lookup passes both without credentials.
+    let lookup = format!("https://127.0.0.1:{lb}/v1/lookup?addresses=52:54:00:00:00:01");
+    let (code, head) = api_call(&cacert, &lookup, &[]);
+    assert_eq!(code, "200", "{head}");
+    assert!(api_up
+        .requests()
+        .last()
+        .is_some_and(|r| r.path.starts_with("/v1/lookup")));
 }

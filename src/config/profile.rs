@@ -11,9 +11,16 @@
 //!   `/certs/ironic`, the directory where the Ironic standalone operator mounts its TLS secret).
 //! - `IRONIC_PROXY_PEERS`: `none` turns the sidecar's API peers off (only the local Ironic);
 //!   `NAME:PORT` or `srv:NAME` replaces the discovery target built from the Service name.
+//! - `IRONIC_PROXY_HTPASSWD`: the htpasswd file that protects the API listener with
+//!   `[listeners.auth]` (the Ironic standalone operator mounts its API credentials Secret at
+//!   `/auth/ironic/`, key `htpasswd`); `none` turns authentication off on purpose; unset serves
+//!   the API without authentication and says so in a warning. `IRONIC_PROXY_AUTH_REALM` sets the
+//!   realm. The JSON-RPC listener never gets `[listeners.auth]`: its peers are authenticated by
+//!   mTLS, and Ironic's own `http_basic` credentials pass through it untouched.
+//! - `IRONIC_PROXY_TLS_MIN_VERSION`, `IRONIC_PROXY_TLS_CIPHER_SUITES`, `IRONIC_PROXY_TLS_GROUPS`
+//!   (lists comma-separated): the `[tls]` policy; each unset one keeps the default.
 //!
-//! Where the listener's `[listeners.auth]` and the global `[tls]` policy will be added for a
-//! profile (`IRONIC_PROXY_HTPASSWD`, ...): [`assemble`], once those keys exist.
+//! A bad value of one of these variables is reported with its key path and the variable's name.
 
 use super::{Config, ConfigError, Env};
 
@@ -125,15 +132,53 @@ pub fn load(name: &str, env: &dyn Env) -> Result<Config, ProfileError> {
     let mut tree: toml::Value = toml::from_str::<toml::Table>(profile.template)
         .map(toml::Value::Table)
         .expect("built-in profile templates parse (tested)");
-    assemble(&mut tree, &env)?;
-    Config::from_tree(tree, &env).map_err(|source| ProfileError::Config {
+    let origins = assemble(&mut tree, &env)?;
+    let config = Config::from_tree(tree, &env).map_err(|source| ProfileError::Config {
         name: profile.name,
-        source,
-    })
+        source: origins.name_variables(source),
+    })?;
+    if origins.unprotected_api {
+        tracing::warn!(
+            profile = profile.name,
+            "IRONIC_PROXY_HTPASSWD is not set: the API listener serves without authentication \
+             (set it to the htpasswd file, e.g. /auth/ironic/htpasswd, or to none to turn \
+             authentication off on purpose)"
+        );
+    }
+    Ok(config)
+}
+
+/// Which keys [`assemble`] set from which variable, so errors can name it.
+#[derive(Default)]
+struct Origins {
+    keys: Vec<(String, &'static str)>,
+    /// The profile has an API listener and no `IRONIC_PROXY_HTPASSWD` was given.
+    unprotected_api: bool,
+}
+
+impl Origins {
+    /// Appends `(from VAR)` to the path of each field error at a key set from a variable.
+    fn name_variables(&self, e: ConfigError) -> ConfigError {
+        let ConfigError::Fields(mut fields) = e else {
+            return e;
+        };
+        for f in &mut fields {
+            let var = self.keys.iter().find(|(key, _)| {
+                f.path
+                    .strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['[', '.']))
+            });
+            if let Some((_, var)) = var {
+                f.path = format!("{} (from {var})", f.path);
+            }
+        }
+        ConfigError::Fields(fields)
+    }
 }
 
 /// The Rust-side parts of a profile; see the module documentation.
-fn assemble(tree: &mut toml::Value, env: &dyn Env) -> Result<(), ProfileError> {
+fn assemble(tree: &mut toml::Value, env: &dyn Env) -> Result<Origins, ProfileError> {
+    let mut origins = Origins::default();
     let var = |name: &'static str| env.var(name).filter(|v| !v.is_empty());
     // Values read here are inserted into the tree before interpolation: `$` must stay literal.
     let literal = |v: &str| toml::Value::String(v.replace('$', "$$"));
@@ -196,8 +241,11 @@ fn assemble(tree: &mut toml::Value, env: &dyn Env) -> Result<(), ProfileError> {
             upstream.insert("dns".into(), literal(&peers));
         }
     }
-    Ok(())
+    security::assemble(tree, env, &mut origins)?;
+    Ok(origins)
 }
+
+mod security;
 
 #[cfg(test)]
 mod tests;

@@ -183,10 +183,103 @@ fn every_profile_renders_an_effective_config_that_parses_back() {
     for name in names() {
         let mut e = pod();
         e.insert("IRONIC_PROXY_FALLBACK".into(), "10.0.0.1:6385".into());
+        e.insert(
+            "IRONIC_PROXY_HTPASSWD".into(),
+            "/auth/ironic/htpasswd".into(),
+        );
+        e.insert("IRONIC_PROXY_TLS_GROUPS".into(), "X25519".into());
         let c = load(name, &e).unwrap_or_else(|e| panic!("{name}: {e}"));
         let text = c.render();
+        assert!(
+            text.contains("htpasswd = \"/auth/ironic/htpasswd\""),
+            "{text}"
+        );
+        assert!(text.contains("groups = [\"X25519\"]"), "{text}");
         let again = Config::parse(&text, &env(&[]))
             .unwrap_or_else(|e| panic!("{name} renders {text}: {e}"));
         assert_eq!(again.render(), text, "{name}");
+    }
+}
+
+#[test]
+fn the_htpasswd_variable_protects_the_api_listener_and_never_json_rpc() {
+    let mut e = pod();
+    let c = load("sidecar", &e).expect("unset: no auth");
+    assert!(c.listeners.iter().all(|l| l.auth.is_none()));
+    e.insert(
+        "IRONIC_PROXY_HTPASSWD".into(),
+        "/auth/ironic/htpasswd".into(),
+    );
+    e.insert("IRONIC_PROXY_AUTH_REALM".into(), "Ironic API".into());
+    for name in ["sidecar", "sidecar-openshift"] {
+        let c = load(name, &e).expect(name);
+        assert_eq!(c.listeners[0].name, "json-rpc");
+        assert!(c.listeners[0].auth.is_none(), "{name}: JSON-RPC has mTLS");
+        let auth = c.listeners[1].auth.as_ref().expect("api auth");
+        assert_eq!(auth.htpasswd.to_str(), Some("/auth/ironic/htpasswd"));
+        assert_eq!(auth.realm, "Ironic API");
+        assert!(auth.forward_authorization);
+        assert!(crate::auth::public::is_public(&auth.public, "/v1/lookup"));
+        assert!(!crate::auth::public::is_public(&auth.public, "/v1/nodes"));
+    }
+    let c = load("balancer", &e).expect("balancer");
+    let auth = c.listeners[0].auth.as_ref().expect("balancer api auth");
+    assert_eq!(auth.htpasswd.to_str(), Some("/auth/ironic/htpasswd"));
+    // `none`: off on purpose; a realm then has nothing to name.
+    e.insert("IRONIC_PROXY_HTPASSWD".into(), "none".into());
+    let msg = error("sidecar", &e);
+    assert!(msg.contains("IRONIC_PROXY_AUTH_REALM"), "{msg}");
+    e.remove("IRONIC_PROXY_AUTH_REALM");
+    let c = load("sidecar", &e).expect("none");
+    assert!(c.listeners.iter().all(|l| l.auth.is_none()));
+    // A bad realm is reported at its key and with the variable.
+    e.insert(
+        "IRONIC_PROXY_HTPASSWD".into(),
+        "/auth/ironic/htpasswd".into(),
+    );
+    e.insert("IRONIC_PROXY_AUTH_REALM".into(), "say \"hi\"".into());
+    let msg = error("sidecar", &e);
+    assert!(
+        msg.contains("listeners[1].auth.realm (from IRONIC_PROXY_AUTH_REALM)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn the_tls_variables_set_the_policy_and_bad_names_name_the_variable() {
+    use crate::tls::policy::MinVersion;
+    let c = load("sidecar", &pod()).expect("defaults");
+    assert_eq!(c.tls.min_version, MinVersion::Tls12);
+    assert!(c.tls.cipher_suites.is_none() && c.tls.groups.is_none());
+    let mut e = pod();
+    // OpenShift's Modern profile: TLS 1.3 only.
+    e.insert("IRONIC_PROXY_TLS_MIN_VERSION".into(), "1.3".into());
+    e.insert(
+        "IRONIC_PROXY_TLS_CIPHER_SUITES".into(),
+        "TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384,".into(),
+    );
+    e.insert("IRONIC_PROXY_TLS_GROUPS".into(), "X25519,P-256".into());
+    for name in names() {
+        e.insert("IRONIC_PROXY_FALLBACK".into(), "10.0.0.1:6385".into());
+        let c = load(name, &e).unwrap_or_else(|err| panic!("{name}: {err}"));
+        assert_eq!(c.tls.min_version, MinVersion::Tls13, "{name}");
+        assert_eq!(c.tls.cipher_suites.as_ref().map(Vec::len), Some(2));
+        assert_eq!(c.tls.groups.as_ref().map(Vec::len), Some(2));
+    }
+    let cases = [
+        ("IRONIC_PROXY_TLS_MIN_VERSION", "1.1", "tls.min_version"),
+        (
+            "IRONIC_PROXY_TLS_CIPHER_SUITES",
+            "TLS_AES_128_GCM_SHA256,DHE-RSA-AES128-GCM-SHA256",
+            "tls.cipher_suites[1]",
+        ),
+        ("IRONIC_PROXY_TLS_CIPHER_SUITES", ",", "tls.cipher_suites"),
+        ("IRONIC_PROXY_TLS_GROUPS", "ffdhe2048", "tls.groups[0]"),
+    ];
+    for (var, value, key) in cases {
+        let mut e = pod();
+        e.insert(var.into(), value.into());
+        let msg = error("sidecar", &e);
+        assert!(msg.contains(&format!("{key} (from {var})")), "{msg}");
     }
 }
