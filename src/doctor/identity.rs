@@ -205,7 +205,9 @@ async fn live_leaf(
         .listeners
         .iter()
         .find_map(|l| match (&l.listen, l.tls) {
-            (ListenAddr::Tcp(addr), TlsMode::Server | TlsMode::Mutual) => Some((l, *addr)),
+            (ListenAddr::Tcp(addr), TlsMode::Server | TlsMode::Mutual | TlsMode::Optional) => {
+                Some((l, *addr))
+            }
             _ => None,
         });
     let Some((l, listen)) = listener else {
