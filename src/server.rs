@@ -130,11 +130,6 @@ impl Server {
         contain_panics(&metrics);
         // Before any TLS configuration is built.
         tls::policy::install(&config.tls);
-        tracing::info!(
-            fips = tls::fips(),
-            min_version = ?config.tls.min_version,
-            "crypto: aws-lc-rs"
-        );
         let readiness = Arc::new(Readiness::default());
         let identity = match &config.identity {
             Some(cfg) => Some(identity::start(cfg, &metrics).await?),
@@ -249,6 +244,12 @@ impl Server {
             tokio::spawn(l.run(shutdown_rx.clone()));
         }
         readiness.set_bound();
+        // Once started: a failed start stays one line on stderr.
+        tracing::info!(
+            fips = tls::fips(),
+            min_version = ?config.tls.min_version,
+            "crypto: aws-lc-rs"
+        );
         for (name, addr) in &bound {
             tracing::info!(listener = %name, %addr, "listening");
         }
