@@ -540,11 +540,11 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
 
 /// A flood of 2,000 wrong passwords from 200 connections costs a bounded share of the CPU:
 /// an authenticated client on its own connection keeps its latency. The figures are printed
-/// (`--nocapture`). The bound is 2x the idle p99 or 10 ms above it, whichever is larger: on a
-/// shared 2-core machine the 200 flood connections (client threads in this process included)
-/// are themselves the load, whatever the proxy does with them; a flood of the same 2,000
-/// requests without any credentials (no bcrypt at all) measured a far worse p99 (150 ms),
-/// because it is answered faster and so arrives faster. See docs/operator-guide.md.
+/// (`--no-capture`). The bound is 2x the idle p99 or 20 ms above it, whichever is larger: on a
+/// shared 2-core machine the flood's one core of bcrypt and its 200 client threads (in this
+/// process) are load that no proxy design removes (measured: idle p99 0.7 ms, 6 to 8.5 ms
+/// during the flood). What the bound catches is bcrypt on the event loop: 200 queued
+/// verifications of about 2.5 ms on 2 workers put a request a quarter of a second behind.
 #[test]
 fn a_wrong_password_flood_does_not_stall_an_authenticated_client() {
     let sb = Sandbox::new();
@@ -613,7 +613,7 @@ fn a_wrong_password_flood_does_not_stall_an_authenticated_client() {
     );
     assert_eq!(outcomes.len(), 2000);
     assert_eq!(n401 + n503, 2000, "{outcomes:?}");
-    let bound = (idle_p99 * 2).max(idle_p99 + Duration::from_millis(10));
+    let bound = (idle_p99 * 2).max(idle_p99 + Duration::from_millis(20));
     assert!(
         during_p99 <= bound,
         "p99 {during_p99:?} > bound {bound:?} (idle {idle_p99:?})"
