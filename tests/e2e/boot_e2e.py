@@ -104,7 +104,7 @@ health = {{ path = "/boot.ipxe", interval = "1s", timeout = "1s", unhealthy_afte
 
 
 def ironic_conf(inst, db_url, images):
-    """harness.ironic_conf with iPXE boot and ramdisk deploy (IRONIC.md, "iPXE boot files")."""
+    """harness.ironic_conf with iPXE boot and ramdisk deploy (docs/e2e.md, "Boot files")."""
     conf = h.ironic_conf(inst, db_url)
     conf = conf.replace("enabled_boot_interfaces = fake", "enabled_boot_interfaces = ipxe,fake")
     conf = conf.replace(
