@@ -4,22 +4,35 @@
 #
 #   docker build -t ironic-proxy:0.1.0 .
 #
-# Runtime: gcr.io/distroless/cc-debian12:nonroot, because the binary links glibc (and libgcc_s)
-# dynamically and this is the smallest maintained image that has exactly those: no shell, no
-# package manager, a non-root user (65532) by default. Built on rust:1-bookworm, the same
-# Debian 12 glibc (2.36), so the binary runs on it unchanged. debian:bookworm-slim would also
-# work but adds ~50 MB of shell and tools nothing here uses; the Kubernetes probes use HTTP or
-# the binary itself (`ironic-proxy cert show`), never a shell.
+# Base images, pinned by tag:
+#   rust:1.95.0-bookworm                      the toolchain this repository is tested with
+#                                             (rustc 1.95.0; Cargo.toml's rust-version is the
+#                                             minimum), on Debian 12
+#   gcr.io/distroless/cc-debian12:nonroot     runtime: the binary links glibc (and libgcc_s)
+#                                             dynamically, and this is the smallest maintained
+#                                             image that has exactly those: no shell, no package
+#                                             manager, a non-root user (65532). Same Debian 12
+#                                             glibc (2.36) as the build stage.
+# Bump both together with the toolchain; pin by digest (@sha256:...) in a release pipeline.
+# debian:bookworm-slim would also work but adds ~50 MB of shell and tools nothing here uses;
+# the Kubernetes probes use HTTP, never a shell.
 #
 # No CA roots are added: the proxy trusts only the operator's CA bundle from its config
 # (identity.trust). (The distroless base happens to carry Debian's ca-certificates; the proxy
 # never reads them.)
 #
+# Build context: .dockerignore is an allow-list of what the build reads; scripts/check-image
+# (part of scripts/test) assembles the context as Docker would and builds from it, so a file the
+# build needs cannot be left out unnoticed.
+#
 # Expected size: about 35 MB uncompressed (~15 MB compressed): ~23 MB distroless cc base plus a
 # ~10 MB release binary (tokio, hyper, rustls with aws-lc-rs). An estimate from the parts, not
-# a measurement: no Docker engine was available where this file was written.
+# a measurement: no Docker engine was available where this file was written, so neither the
+# image build, its size nor its start-to-ready time could be measured here.
 
-FROM rust:1-bookworm AS build
+ARG VERSION=0.1.0
+
+FROM rust:1.95.0-bookworm AS build
 WORKDIR /src
 COPY . .
 # aws-lc-sys builds its C code with the image's gcc; no cmake or Go is needed for it.
@@ -30,10 +43,18 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -D -m 0755 target/release/ironic-proxy /out/ironic-proxy
 
 FROM gcr.io/distroless/cc-debian12:nonroot
+ARG VERSION
+LABEL org.opencontainers.image.title="ironic-proxy" \
+      org.opencontainers.image.description="TLS/mTLS sidecar, self-issued identity and DNS load balancer for OpenStack Ironic" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"
 COPY --from=build /out/ironic-proxy /usr/local/bin/ironic-proxy
 # Numeric, so that kubelet can verify runAsNonRoot without a runAsUser in the pod spec.
 USER 65532:65532
 # API (6385), JSON-RPC (6189), admin (9901); the listeners are whatever the config says.
 EXPOSE 6385 6189 9901
 ENTRYPOINT ["/usr/local/bin/ironic-proxy"]
-CMD ["run", "--config", "/etc/ironic-proxy/config.toml"]
+# A role from environment variables (IRONIC_PROXY_PROFILE=sidecar, ...) or a mounted file
+# (IRONIC_PROXY_CONFIG=/etc/ironic-proxy/config.toml); `run` alone would serve the dev config.
+CMD ["run"]

@@ -11,12 +11,15 @@
 //! - [`discovery`]: DNS resolution loop producing endpoint sets.
 //! - [`balance`]: endpoint picking and health state.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`auth`]: HTTP Basic authentication per listener (htpasswd, public paths).
 //! - [`metrics`]: the Prometheus registry and every metric family.
 
 pub mod admin;
+pub mod auth;
 pub mod balance;
 pub mod config;
 pub mod discovery;
+pub mod doctor;
 pub mod identity;
 pub mod listen;
 pub mod metrics;

@@ -1,12 +1,22 @@
 //! The `ironic-proxy` binary: parse the command line, start tracing, load the configuration,
 //! start the server, wait for signals, drain.
 
-use clap::{Parser, Subcommand, ValueEnum};
-use ironic_proxy::config::{Config, ProcessEnv};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ironic_proxy::config::{profile, Config, ProcessEnv};
 use ironic_proxy::pki;
 use ironic_proxy::server::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// `--version`: says which crypto module the binary was built with.
+const VERSION: &str = if cfg!(feature = "fips") {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (FIPS: aws-lc FIPS 140-3 module)"
+    )
+} else {
+    env!("CARGO_PKG_VERSION")
+};
 
 /// The embedded default configuration (dev certificates from `certs-dev/`).
 const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
@@ -14,7 +24,7 @@ const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
 #[derive(Parser)]
 #[command(
     name = "ironic-proxy",
-    version,
+    version = VERSION,
     about = "TLS sidecar, identity and load balancer for OpenStack Ironic"
 )]
 struct Cli {
@@ -33,16 +43,18 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the proxy.
-    Run {
-        /// Configuration file; without it, the embedded dev default.
-        #[arg(long, env = "IRONIC_PROXY_CONFIG")]
-        config: Option<PathBuf>,
-    },
-    /// Validate a configuration and print the effective configuration.
-    Check {
+    /// Run the proxy (without --config or --profile: the embedded dev configuration).
+    Run(Source),
+    /// Validate a configuration or profile and print the effective configuration.
+    Check(Source),
+    /// Check a running deployment with its own configuration: identity, upstreams, peers,
+    /// admin. One line per check; exit 0 when all pass, 1 otherwise.
+    Doctor {
+        #[command(flatten)]
+        source: Source,
+        /// One JSON object instead of lines.
         #[arg(long)]
-        config: PathBuf,
+        json: bool,
     },
     /// Operator CA: `ca init`.
     #[command(subcommand)]
@@ -52,22 +64,60 @@ enum Command {
     Cert(pki::CertCommand),
 }
 
+/// Where the configuration comes from: a file, a built-in profile, or (`run` only) neither.
+#[derive(Args)]
+struct Source {
+    /// Configuration file.
+    #[arg(long, env = "IRONIC_PROXY_CONFIG", conflicts_with = "profile")]
+    config: Option<PathBuf>,
+    /// Built-in profile configured from environment variables: sidecar, sidecar-openshift,
+    /// balancer (docs/reference.md).
+    #[arg(long, env = "IRONIC_PROXY_PROFILE")]
+    profile: Option<String>,
+}
+
+impl Source {
+    fn load(&self) -> Result<Config, Box<dyn std::error::Error>> {
+        Ok(match (&self.config, &self.profile) {
+            (Some(path), _) => Config::load(path, &ProcessEnv)?,
+            (None, Some(name)) => profile::load(name, &ProcessEnv)?,
+            (None, None) => {
+                tracing::warn!(
+                    "no --config or --profile: serving the embedded DEV configuration \
+                     (config/default.toml), whose private keys are public; never use it \
+                     outside development"
+                );
+                Config::parse(DEFAULT_CONFIG, &ProcessEnv)?
+            }
+        })
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     match cli.command {
-        Command::Run { config } => {
-            let parsed = match &config {
-                Some(path) => Config::load(path, &ProcessEnv),
-                None => Config::parse(DEFAULT_CONFIG, &ProcessEnv),
-            };
-            let config = match parsed {
-                Ok(c) => c,
-                Err(e) => return fail(&e),
-            };
-            run(config)
+        Command::Run(source) => match source.load() {
+            Ok(config) => run(config),
+            Err(e) => fail(e.as_ref()),
+        },
+        Command::Check(source) => {
+            if source.config.is_none() && source.profile.is_none() {
+                eprintln!("ironic-proxy: check needs --config FILE or --profile NAME");
+                return ExitCode::from(2);
+            }
+            check(&source)
         }
-        Command::Check { config } => check(&config),
+        Command::Doctor { source, json } => {
+            if source.config.is_none() && source.profile.is_none() {
+                eprintln!("ironic-proxy: doctor needs --config FILE or --profile NAME");
+                return ExitCode::from(2);
+            }
+            match source.load() {
+                Ok(c) => doctor(&c, json),
+                Err(e) => fail(e.as_ref()),
+            }
+        }
         Command::Ca(cmd) => pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
         Command::Cert(cmd) => pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
     }
@@ -112,10 +162,10 @@ fn log_filter(spec: Option<&str>) -> tracing_subscriber::filter::Targets {
     }
 }
 
-fn check(path: &std::path::Path) -> ExitCode {
-    let config = match Config::load(path, &ProcessEnv) {
+fn check(source: &Source) -> ExitCode {
+    let config = match source.load() {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(e.as_ref()),
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -129,8 +179,31 @@ fn check(path: &std::path::Path) -> ExitCode {
             return fail(&e);
         }
     }
+    for (index, l) in config.listeners.iter().enumerate() {
+        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::auth::check(index, a)) {
+            return fail(&e);
+        }
+    }
     print!("{}", config.render());
     ExitCode::SUCCESS
+}
+
+/// `doctor` with a loaded configuration (from `--config`, or a profile once one is given).
+fn doctor(config: &Config, json: bool) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&e),
+    };
+    let report = rt.block_on(ironic_proxy::doctor::run(config));
+    print!("{}", if json { report.json() } else { report.text() });
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn run(config: Config) -> ExitCode {

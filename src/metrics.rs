@@ -1,6 +1,6 @@
 //! Every Prometheus metric family of the process, registered once in one registry.
 //!
-//! Names are public (DESIGN.md "Admin and metrics"): all carry the `ironic_proxy_` prefix, which
+//! Names are public (docs/reference.md, "Metrics"): all carry the `ironic_proxy_` prefix, which
 //! the registry adds. Modules receive a cheap clone of [`Metrics`] and record into it; the admin
 //! listener encodes the registry in the Prometheus text format.
 
@@ -12,12 +12,16 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 
+mod process;
+
 /// Labels for per-listener request counts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub listener: String,
     /// `1xx` .. `5xx`.
     pub class: &'static str,
+    /// The full status code; `class` stays so that queries by class keep working.
+    pub code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -55,10 +59,63 @@ pub struct PeerTlsLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    pub listener: String,
+    /// `ok`, `ok_cached`, `public`, `no_credentials`, `malformed`, `unknown_user`,
+    /// `wrong_password`, `queue_full` (see `auth::Outcome`).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JsonRpcLabels {
+    pub listener: String,
+    /// A method of `proxy::jsonrpc::KNOWN`, or `other`.
+    pub method: &'static str,
+    /// `ok`, `error` (a JSON-RPC error answer), `refused` (4xx), `failed` (5xx, or the answer
+    /// was cut).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FindLabels {
     pub listener: String,
     /// `found`, `not_found`, `failed`, `no_endpoint`.
     pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JsonRpcMethodLabels {
+    pub listener: String,
+    pub method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub arch: &'static str,
+    pub os: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamRoleLabels {
+    pub upstream: String,
+    /// `local` (the configured local upstream) or `peer` (a discovered endpoint).
+    pub role: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointHealthLabels {
+    pub upstream: String,
+    pub endpoint: String,
+    pub role: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabels {
+    /// `leaf` (the certificate served) or `ca` (an entry of the trust bundle).
+    pub certificate: &'static str,
+    pub subject: String,
+    pub serial: String,
 }
 
 /// All metric handles. Cloning is cheap (every handle is an `Arc` inside).
@@ -73,7 +130,8 @@ pub struct Metrics {
     pub upstream_endpoints: Family<EndpointLabels, Gauge>,
     pub upstream_retries: Family<UpstreamLabels, Counter>,
     pub peer_tls_failures: Family<PeerTlsLabels, Counter>,
-    pub certificate_expiry: Gauge,
+    /// By [`CertificateLabels`]: the live leaf and every trusted CA.
+    pub certificate_expiry: Family<CertificateLabels, Gauge>,
     pub certificate_renewals: Counter,
     pub certificate_renewal_failures: Counter,
     pub reloads: Family<ReloadLabels, Counter>,
@@ -81,7 +139,15 @@ pub struct Metrics {
     pub dns_resolutions: Family<UpstreamLabels, Counter>,
     pub dns_failures: Family<UpstreamLabels, Counter>,
     pub panics: Counter,
+    pub auth: Family<AuthLabels, Counter>,
     pub finds: Family<FindLabels, Counter>,
+    pub jsonrpc_calls: Family<JsonRpcLabels, Counter>,
+    pub jsonrpc_call_duration: Family<JsonRpcMethodLabels, Histogram>,
+    pub upstream_duration: Family<UpstreamRoleLabels, Histogram>,
+    /// 1 healthy, 0 not, per endpoint (removed with the endpoint).
+    pub endpoint_healthy: Family<EndpointHealthLabels, Gauge>,
+    /// `process_*` families, without our prefix (the names every exporter uses).
+    process_registry: Arc<Registry>,
 }
 
 impl Default for Metrics {
@@ -149,10 +215,11 @@ impl Metrics {
             "TLS failures when connecting to peers, by reason",
             peer_tls_failures.clone(),
         );
-        let certificate_expiry = Gauge::default();
+        let certificate_expiry = Family::default();
         registry.register(
             "certificate_expiry_timestamp_seconds",
-            "notAfter of the certificate currently served, as a Unix timestamp",
+            "notAfter of the certificate served (certificate=leaf) and of each trusted CA \
+             (certificate=ca), as a Unix timestamp",
             certificate_expiry.clone(),
         );
         let certificate_renewals = Counter::default();
@@ -193,12 +260,63 @@ impl Metrics {
             "Failed DNS resolutions",
             dns_failures.clone(),
         );
+        let auth = Family::default();
+        registry.register(
+            "auth",
+            "Basic authentication outcomes by listener",
+            auth.clone(),
+        );
         let finds = Family::default();
         registry.register(
             "find",
             "Finds across a route's endpoints (find = \"newest\") by outcome",
             finds.clone(),
         );
+        let jsonrpc_calls = Family::default();
+        registry.register(
+            "jsonrpc_calls",
+            "JSON-RPC calls on jsonrpc listeners by method and outcome",
+            jsonrpc_calls.clone(),
+        );
+        let jsonrpc_call_duration = Family::<JsonRpcMethodLabels, Histogram>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
+        registry.register_with_unit(
+            "jsonrpc_call_duration",
+            "JSON-RPC calls: time from request head to the end of the answer",
+            prometheus_client::registry::Unit::Seconds,
+            jsonrpc_call_duration.clone(),
+        );
+        let upstream_duration = Family::<UpstreamRoleLabels, Histogram>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
+        registry.register_with_unit(
+            "upstream_duration",
+            "Time from sending a request to an upstream endpoint to its response head, by role",
+            prometheus_client::registry::Unit::Seconds,
+            upstream_duration.clone(),
+        );
+        let endpoint_healthy = Family::default();
+        registry.register(
+            "upstream_endpoint_healthy",
+            "1 when the endpoint is healthy, 0 when not",
+            endpoint_healthy.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                arch: std::env::consts::ARCH,
+                os: std::env::consts::OS,
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "Always 1; labels say which build runs",
+            build_info,
+        );
+        let mut process_registry = Registry::default();
+        process_registry.register_collector(Box::new(process::Collector::new()));
         Self {
             registry: Arc::new(registry),
             requests,
@@ -217,7 +335,13 @@ impl Metrics {
             dns_resolutions,
             dns_failures,
             panics,
+            auth,
             finds,
+            jsonrpc_calls,
+            jsonrpc_call_duration,
+            upstream_duration,
+            endpoint_healthy,
+            process_registry: Arc::new(process_registry),
         }
     }
 
@@ -225,9 +349,20 @@ impl Metrics {
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry);
+        let _ =
+            prometheus_client::encoding::text::encode_registry(&mut out, &self.process_registry);
+        let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
     }
+}
+
+/// The buckets of every latency histogram, in seconds.
+fn duration_histogram() -> Histogram {
+    Histogram::new([
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        120.0,
+    ])
 }
 
 /// The status class label for a status code.

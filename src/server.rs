@@ -27,6 +27,8 @@ pub enum ServerError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Listen(#[from] ListenError),
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
     #[error("admin.listen: cannot bind {addr}: {source}")]
     Admin {
         addr: SocketAddr,
@@ -126,6 +128,8 @@ impl Server {
     pub async fn start(config: Config) -> Result<Self, ServerError> {
         let metrics = Metrics::new();
         contain_panics(&metrics);
+        // Before any TLS configuration is built.
+        tls::policy::install(&config.tls);
         let readiness = Arc::new(Readiness::default());
         let identity = match &config.identity {
             Some(cfg) => Some(identity::start(cfg, &metrics).await?),
@@ -150,6 +154,7 @@ impl Server {
                         refresh: config.dns.refresh,
                         min_ttl: Duration::from_secs(1),
                         hold_on_empty: config.dns.hold_on_empty,
+                        fallback: lc.upstream.fallback.clone(),
                     };
                     let (rx, _task) =
                         discovery::spawn(lc.name.clone(), target, opts, metrics.clone())
@@ -179,7 +184,21 @@ impl Server {
                 metrics: metrics.clone(),
             });
             readiness.add(Box::new(PoolCheck(upstream.clone())));
-            let mut proxy = Proxy::new(&lc.name, upstream, config.limits.clone(), metrics.clone());
+            let gate = match &lc.auth {
+                Some(a) => {
+                    let every = config
+                        .identity
+                        .as_ref()
+                        .map_or(Duration::from_secs(2), |i| i.watch_interval);
+                    Some(crate::auth::Gate::start(
+                        &lc.name, index, a, every, &metrics,
+                    )?)
+                }
+                None => None,
+            };
+            let mut proxy = Proxy::new(&lc.name, upstream, config.limits.clone(), metrics.clone())
+                .with_auth(gate)
+                .with_jsonrpc(lc.jsonrpc);
             if !lc.routes.is_empty() {
                 proxy = proxy.with_routes(route_table(
                     index,
@@ -235,6 +254,12 @@ impl Server {
             tokio::spawn(l.run(shutdown_rx.clone()));
         }
         readiness.set_bound();
+        // Logged once started: a start-up failure stays one line on stderr.
+        tracing::info!(
+            fips = tls::fips(),
+            min_version = ?config.tls.min_version,
+            "crypto: aws-lc-rs"
+        );
         for (name, addr) in &bound {
             tracing::info!(listener = %name, %addr, "listening");
         }
@@ -298,6 +323,7 @@ fn route_table(
                     refresh: config.dns.refresh,
                     min_ttl: Duration::from_secs(1),
                     hold_on_empty: config.dns.hold_on_empty,
+                    fallback: u.fallback.clone(),
                 };
                 let (rx, _task) = discovery::spawn(name.clone(), target, opts, metrics.clone())
                     .map_err(|e| err(e.to_string()))?;

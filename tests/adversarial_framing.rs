@@ -102,7 +102,7 @@ fn post(fields: &str, body: &str) -> String {
 const CHUNKED_HELLO: &str = "5\r\nhello\r\n0\r\n\r\n";
 
 /// Both Content-Length and Transfer-Encoding, in every order (RFC 9112 §6.3 item 3: a server
-/// MAY reject or process by Transfer-Encoding, and MUST close afterwards; DESIGN: reject).
+/// MAY reject or process by Transfer-Encoding, and MUST close afterwards; this proxy: reject).
 fn cl_te() -> Vec<Case> {
     vec![
         case(
@@ -211,7 +211,7 @@ fn content_length() -> Vec<Case> {
 }
 
 /// Obfuscated Transfer-Encoding (RFC 9112 §6.1: chunked MUST be final; §6.3 item 4: a request
-/// whose final coding is not chunked -> 400 and close). DESIGN: exactly one `chunked`.
+/// whose final coding is not chunked -> 400 and close). This proxy: exactly one `chunked`.
 fn transfer_encoding() -> Vec<Case> {
     let te = |v: &str| post(&format!("Transfer-Encoding: {v}\r\n"), CHUNKED_HELLO);
     let ok = || {

@@ -35,6 +35,7 @@ impl Discovery {
             refresh: REFRESH,
             min_ttl: Duration::from_millis(100),
             hold_on_empty: HOLD,
+            fallback: Vec::new(),
         };
         let target: Target = target.parse().expect("valid target");
         let (rx, task) = discovery::spawn("api".to_owned(), target, opts, metrics.clone())

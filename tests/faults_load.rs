@@ -2,7 +2,7 @@
 //! (and, separately, POSTs) while the proxy rotates its certificate, reloads on SIGHUP, drains
 //! on SIGTERM, loses its local Ironic or a peer, loses its DNS server, and cannot write its
 //! `export_dir` (a full, then read-only filesystem). GETs must see no failure at all; POST
-//! failures are counted and reported (DESIGN never replays a POST once sent). Every run prints
+//! failures are counted and reported (a POST is never replayed once sent). Every run prints
 //! its counts.
 //!
 //! Real time and real processes (the binary, dnsmasq, a tmpfs mount as root); every load is

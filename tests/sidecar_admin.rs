@@ -93,7 +93,10 @@ fn healthz_readyz_and_metrics_report_what_happened() {
         Some(1.0)
     );
     assert_eq!(
-        get("ironic_proxy_certificate_expiry_timestamp_seconds", &[]),
+        get(
+            "ironic_proxy_certificate_expiry_timestamp_seconds",
+            &[("certificate", "leaf")]
+        ),
         Some(sb.server.not_after.unix_timestamp() as f64)
     );
     assert!(

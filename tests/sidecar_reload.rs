@@ -113,7 +113,10 @@ fn sighup_after_renaming_new_files_over_serves_the_new_certificate() {
         1.0
     );
     assert_eq!(
-        proxy.metric("ironic_proxy_certificate_expiry_timestamp_seconds", &[]),
+        proxy.metric(
+            "ironic_proxy_certificate_expiry_timestamp_seconds",
+            &[("certificate", "leaf")]
+        ),
         new.not_after.unix_timestamp() as f64
     );
     let paths: Vec<String> = up.all().iter().map(|r| r.path.clone()).collect();

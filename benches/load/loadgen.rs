@@ -13,7 +13,7 @@
 //!   until stdin closes or `--duration` passes.
 //!
 //! Usage: `loadgen MODE --addr 127.0.0.1:PORT [--plain] [--ca F] [--cert F --key F]
-//! [--path /small] [--conns N] [--duration S] [--rate R]`
+//! [--path /small] [--conns N] [--duration S] [--rate R] [--header "Name: value"]...`
 
 use rustls::client::Resumption;
 use rustls::pki_types::pem::PemObject;
@@ -38,6 +38,8 @@ struct Opts {
     conns: usize,
     duration: f64,
     rate: f64,
+    /// Extra request header lines (`--header "Authorization: Basic ..."`).
+    headers: Vec<String>,
 }
 
 fn parse() -> Opts {
@@ -54,6 +56,7 @@ fn parse() -> Opts {
         conns: 16,
         duration: 3.0,
         rate: 1000.0,
+        headers: Vec::new(),
     };
     while let Some(k) = a.next() {
         let mut v = || {
@@ -70,6 +73,7 @@ fn parse() -> Opts {
             "--conns" => o.conns = v().parse().unwrap_or_else(|_| die("bad --conns")),
             "--duration" => o.duration = v().parse().unwrap_or_else(|_| die("bad --duration")),
             "--rate" => o.rate = v().parse().unwrap_or_else(|_| die("bad --rate")),
+            "--header" => o.headers.push(v()),
             other => die(&format!("unknown argument {other}")),
         }
     }
@@ -242,8 +246,9 @@ impl Tally {
 }
 
 fn request_bytes(o: &Opts, close: bool) -> Vec<u8> {
+    let extra: String = o.headers.iter().map(|h| format!("{h}\r\n")).collect();
     format!(
-        "GET {} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: loadgen\r\nAccept: */*\r\n{}\r\n",
+        "GET {} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: loadgen\r\nAccept: */*\r\n{extra}{}\r\n",
         o.path,
         if close { "Connection: close\r\n" } else { "" }
     )

@@ -1,6 +1,6 @@
 //! Picking an endpoint for a request, and the health state that decides which may be picked.
 //!
-//! What it owns: the two balancing policies of DESIGN.md (`least_request`, power of two choices
+//! What it owns: the two balancing policies of docs/reference.md (`least_request`, power of two choices
 //! on in-flight requests, and `round_robin`) and, in [`health`], the per-endpoint state machine
 //! fed by active checks and by the outcome of real requests.
 //!

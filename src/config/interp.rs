@@ -4,6 +4,13 @@
 //! array items and nested tables) is covered and errors carry the key path of the value. `$$`
 //! writes a literal `$`. Environment reads go through [`Env`] so tests never touch the process
 //! environment.
+//!
+//! List-valued keys ([`LIST_KEYS`]: `dns_names`, `ip_addresses`, `allow`, `fallback`, `servers`) take a
+//! comma-separated value in one item, so one environment variable can carry a whole list (the
+//! downward API's `status.podIPs` is `10.0.0.5,fd00::5`). After expansion such an item becomes
+//! one item per comma-separated piece and empty pieces are dropped, so `"${EXTRA:-}"` adds
+//! nothing when EXTRA is unset. In `allow`, the pieces of an `ip:` item are all CIDRs:
+//! `"ip:10.0.0.0/8,fd00::/64"` is two rules. None of these values can contain a comma.
 
 use std::collections::HashMap;
 
@@ -36,7 +43,13 @@ pub enum InterpError {
     Unterminated(String),
     #[error("invalid variable name {0:?}")]
     BadName(String),
+    #[error("every entry expanded to nothing (an empty allow list would accept any client)")]
+    EmptyAllow,
 }
+
+/// Keys whose array items are split at commas after expansion (see the module docs).
+pub(crate) const LIST_KEYS: &[&str] =
+    &["dns_names", "ip_addresses", "allow", "fallback", "servers"];
 
 /// Expands every `${...}` in `input`.
 pub fn expand(input: &str, env: &dyn Env) -> Result<String, InterpError> {
@@ -63,7 +76,9 @@ pub fn expand(input: &str, env: &dyn Env) -> Result<String, InterpError> {
             {
                 return Err(InterpError::BadName(name.into()));
             }
+            // As in the shell, `:-` also takes the default when the variable is set but empty.
             match (env.var(name), default) {
+                (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
                 (Some(v), _) => out.push_str(&v),
                 (None, Some(d)) => out.push_str(d),
                 (None, None) => return Err(InterpError::Unset(name.into())),
@@ -94,6 +109,14 @@ pub(crate) fn expand_tree(
             for (i, item) in items.iter_mut().enumerate() {
                 expand_tree(item, &format!("{path}[{i}]"), env, errors);
             }
+            let key = path.rsplit('.').next().unwrap_or(path);
+            if LIST_KEYS.contains(&key) {
+                let had_items = !items.is_empty();
+                split_items(items, key == "allow");
+                if key == "allow" && had_items && items.is_empty() {
+                    errors.push((path.to_owned(), InterpError::EmptyAllow));
+                }
+            }
         }
         toml::Value::Table(table) => {
             for (k, v) in table.iter_mut() {
@@ -107,6 +130,28 @@ pub(crate) fn expand_tree(
         }
         _ => {}
     }
+}
+
+/// Splits every string item at commas, drops empty pieces; with `ip_prefix`, the pieces of an
+/// `ip:` item keep the prefix.
+fn split_items(items: &mut Vec<toml::Value>, ip_prefix: bool) {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items.drain(..) {
+        let toml::Value::String(s) = item else {
+            out.push(item);
+            continue;
+        };
+        let prefix = if ip_prefix && s.trim_start().starts_with("ip:") {
+            "ip:"
+        } else {
+            ""
+        };
+        for piece in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let piece = piece.strip_prefix(prefix).unwrap_or(piece);
+            out.push(toml::Value::String(format!("{prefix}{piece}")));
+        }
+    }
+    *items = out;
 }
 
 #[cfg(test)]
@@ -128,6 +173,68 @@ mod tests {
         assert_eq!(expand("${POD_IP:-x}", &e).unwrap(), "10.0.0.5");
         assert_eq!(expand("cost $$5 and $x", &e).unwrap(), "cost $5 and $x");
         assert_eq!(expand("${EMPTY:-}", &e).unwrap(), "");
+    }
+
+    fn expand_toml(text: &str, e: &HashMap<String, String>) -> (toml::Value, Vec<String>) {
+        let mut tree = toml::Value::Table(toml::from_str(text).unwrap());
+        let mut errors = Vec::new();
+        expand_tree(&mut tree, "", e, &mut errors);
+        let errors = errors.iter().map(|(p, e)| format!("{p}: {e}")).collect();
+        (tree, errors)
+    }
+
+    #[test]
+    fn list_keys_split_one_variable_into_items() {
+        let e = env(&[
+            ("POD_IPS", "10.0.0.5, fd00::5"),
+            ("CIDRS", "10.0.0.0/8,fd00::/64"),
+            ("NOTE", "a,b"),
+        ]);
+        let (tree, errors) = expand_toml(
+            r#"
+            [identity]
+            ip_addresses = ["${POD_IPS}", "${EXTRA:-}"]
+            other = ["${NOTE}"]
+            [[listeners]]
+            allow = ["*.ironic.metal3.svc", "ip:${CIDRS}"]
+            "#,
+            &e,
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            tree["identity"]["ip_addresses"],
+            toml::Value::Array(vec!["10.0.0.5".into(), "fd00::5".into()])
+        );
+        // Other keys keep their commas.
+        assert_eq!(
+            tree["identity"]["other"],
+            toml::Value::Array(vec!["a,b".into()])
+        );
+        assert_eq!(
+            tree["listeners"][0]["allow"],
+            toml::Value::Array(vec![
+                "*.ironic.metal3.svc".into(),
+                "ip:10.0.0.0/8".into(),
+                "ip:fd00::/64".into()
+            ])
+        );
+    }
+
+    #[test]
+    fn an_allow_list_that_expands_to_nothing_is_an_error() {
+        let (_, errors) = expand_toml("[[listeners]]\nallow = [\"${CIDRS:-}\"]", &env(&[]));
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("listeners[0].allow: "), "{errors:?}");
+        // Written empty on purpose, it stays allowed.
+        let (_, errors) = expand_toml("[[listeners]]\nallow = []", &env(&[]));
+        assert!(errors.is_empty());
+    }
+
+    #[test]
+    fn set_but_empty_takes_the_default_like_the_shell() {
+        let e = env(&[("EMPTY", "")]);
+        assert_eq!(expand("${EMPTY:-6385}", &e).unwrap(), "6385");
+        assert_eq!(expand("[${EMPTY}]", &e).unwrap(), "[]");
     }
 
     #[test]

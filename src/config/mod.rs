@@ -1,4 +1,4 @@
-//! Configuration: the TOML file of DESIGN.md, parsed into typed values.
+//! Configuration: the TOML file of docs/reference.md, parsed into typed values.
 //!
 //! Parse, don't validate: [`Config::parse`] reads TOML, interpolates `${VAR}` in every string,
 //! mirrors it into `raw` structs that reject unknown keys, then converts each field into its
@@ -7,6 +7,7 @@
 //! certificate files exist and parse is the identity module's business (`check` runs both).
 
 mod interp;
+pub mod profile;
 mod raw;
 mod render;
 mod routes;
@@ -69,6 +70,8 @@ pub struct Config {
     pub dns: DnsConfig,
     pub limits: Limits,
     pub listeners: Vec<ListenerConfig>,
+    /// `[tls]`: versions, suites and groups for every listener and for peers.
+    pub tls: crate::tls::policy::TlsPolicy,
 }
 
 #[derive(Clone, Debug)]
@@ -183,8 +186,12 @@ pub struct ListenerConfig {
     pub listen: ListenAddr,
     pub tls: TlsMode,
     pub http2: bool,
+    /// The listener carries Ironic's JSON-RPC: each call's method is logged and counted.
+    pub jsonrpc: bool,
     pub allow: Vec<AllowRule>,
     pub upstream: UpstreamConfig,
+    /// `[listeners.auth]`: HTTP Basic authentication.
+    pub auth: Option<crate::auth::AuthConfig>,
     /// Path routes to other upstreams; `upstream` serves every other path.
     pub routes: Vec<RouteConfig>,
 }
@@ -194,10 +201,12 @@ pub struct UpstreamConfig {
     pub local: Option<UpstreamAddr>,
     /// `name:port` or `srv:_service._proto.name`, resolved by the discovery module.
     pub dns: Option<String>,
+    /// Peers used only while `dns` has given none (discovery::DiscoveryOptions::fallback).
+    pub fallback: Vec<SocketAddr>,
     pub tls: bool,
     pub balance: Balance,
     pub health: HealthConfig,
-    /// Further tries on another endpoint (DESIGN: default 2).
+    /// Further tries on another endpoint (default 2).
     pub retries: u32,
 }
 
@@ -354,7 +363,7 @@ impl Config {
 
     /// Parses configuration text.
     pub fn parse(text: &str, env: &dyn Env) -> Result<Self, ConfigError> {
-        let mut tree: toml::Value = toml::from_str::<toml::Table>(text)
+        let tree: toml::Value = toml::from_str::<toml::Table>(text)
             .map(toml::Value::Table)
             .map_err(|source| {
                 let at = source.span().map_or(0, |r| r.start.min(text.len()));
@@ -366,6 +375,11 @@ impl Config {
                     source: Box::new(source),
                 }
             })?;
+        Self::from_tree(tree, env)
+    }
+
+    /// Interpolates and types an already-read TOML tree (the built-in profiles assemble theirs).
+    fn from_tree(mut tree: toml::Value, env: &dyn Env) -> Result<Self, ConfigError> {
         let mut interp_errors = Vec::new();
         interp::expand_tree(&mut tree, "", env, &mut interp_errors);
         if !interp_errors.is_empty() {
@@ -459,6 +473,9 @@ impl Config {
         };
 
         let identity = raw.identity.and_then(|id| identity_from_raw(id, &mut f));
+        let tls = raw.tls.map_or_else(Default::default, |v| {
+            crate::tls::policy::from_toml(v, &mut |p, e| f.push(p, e))
+        });
 
         let mut listeners = Vec::new();
         let mut names = std::collections::HashSet::new();
@@ -492,6 +509,7 @@ impl Config {
             dns,
             limits,
             listeners,
+            tls,
         })
     }
 }
@@ -516,7 +534,7 @@ fn deserialize<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Errors are printed as one line on stderr (DESIGN: exit 1 with a one-line reason).
+/// Errors are printed as one line on stderr (exit 1 with a one-line reason).
 fn one_line(s: &str) -> String {
     s.lines()
         .map(str::trim)
@@ -699,6 +717,9 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         );
     }
     let upstream = upstream_from_raw(l.upstream, &format!("{path}.upstream"), f);
+    let auth = l
+        .auth
+        .and_then(|v| crate::auth::from_toml(v, &format!("{path}.auth"), &mut |p, e| f.push(p, e)));
     let routes = routes::routes_from_raw(l.routes, path, tls, f);
     let name = l.name.unwrap_or_else(|| l.listen.clone());
     Some(ListenerConfig {
@@ -706,8 +727,10 @@ fn listener_from_raw(l: RawListener, path: &str, f: &mut Fields) -> Option<Liste
         listen: listen?,
         tls,
         http2: l.http2.unwrap_or(tls != TlsMode::None),
+        jsonrpc: l.jsonrpc.unwrap_or(false),
         allow,
         upstream: upstream?,
+        auth,
         routes,
     })
 }
@@ -717,6 +740,7 @@ fn upstream_from_raw(v: toml::Value, path: &str, f: &mut Fields) -> Option<Upstr
         toml::Value::String(s) => RawUpstream {
             local: Some(s),
             dns: None,
+            fallback: None,
             tls: None,
             balance: None,
             health: None,
@@ -750,6 +774,19 @@ fn upstream_from_raw(v: toml::Value, path: &str, f: &mut Fields) -> Option<Upstr
     if raw.local.is_none() && raw.dns.is_none() {
         f.push(path, msg("needs local, dns, or both"));
     }
+    let fallback: Vec<SocketAddr> = raw
+        .fallback
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| f.parse::<SocketAddr>(&format!("{path}.fallback[{i}]"), s))
+        .collect();
+    if !fallback.is_empty() && raw.dns.is_none() {
+        f.push(
+            format!("{path}.fallback"),
+            msg("is only used while dns gives no peer: it needs dns (a fixed peer is local)"),
+        );
+    }
     let balance = match raw.balance.as_deref().unwrap_or("least_request") {
         "least_request" => Balance::LeastRequest,
         "round_robin" => Balance::RoundRobin,
@@ -767,6 +804,7 @@ fn upstream_from_raw(v: toml::Value, path: &str, f: &mut Fields) -> Option<Upstr
     Some(UpstreamConfig {
         local,
         dns: raw.dns,
+        fallback,
         tls: raw.tls.unwrap_or(false),
         balance,
         health,

@@ -10,6 +10,8 @@ pub(super) struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub dns: Option<RawDns>,
     pub limits: Option<RawLimits>,
+    /// `[tls]`, typed by `crate::tls::policy::from_toml`.
+    pub tls: Option<toml::Value>,
     #[serde(default)]
     pub listeners: Vec<RawListener>,
 }
@@ -66,9 +68,12 @@ pub(super) struct RawListener {
     pub listen: String,
     pub tls: Option<String>,
     pub http2: Option<bool>,
+    pub jsonrpc: Option<bool>,
     pub allow: Option<Vec<String>>,
     /// A string (`local` shorthand) or a table; typed in `from_raw`.
     pub upstream: toml::Value,
+    /// `[listeners.auth]`, typed by `crate::auth::from_toml`.
+    pub auth: Option<toml::Value>,
     #[serde(default)]
     pub routes: Vec<super::routes::RawRoute>,
 }
@@ -78,6 +83,7 @@ pub(super) struct RawListener {
 pub(super) struct RawUpstream {
     pub local: Option<String>,
     pub dns: Option<String>,
+    pub fallback: Option<Vec<String>>,
     pub tls: Option<bool>,
     pub balance: Option<String>,
     pub health: Option<RawHealth>,

@@ -98,6 +98,7 @@ impl Config {
             l.max_body_bytes,
             d(l.drain_timeout)
         );
+        let _ = writeln!(o, "{}", self.tls.render());
         for lc in &self.listeners {
             let tls = match lc.tls {
                 TlsMode::None => "none",
@@ -113,6 +114,9 @@ impl Config {
                 lc.http2,
                 list(&lc.allow)
             );
+            if lc.jsonrpc {
+                let _ = writeln!(o, "jsonrpc = true");
+            }
             let u = &lc.upstream;
             let _ = writeln!(o, "[listeners.upstream]");
             if let Some(local) = &u.local {
@@ -120,6 +124,9 @@ impl Config {
             }
             if let Some(dns) = &u.dns {
                 let _ = writeln!(o, "dns = {}", q(dns));
+            }
+            if !u.fallback.is_empty() {
+                let _ = writeln!(o, "fallback = {}", list(&u.fallback));
             }
             let balance = match u.balance {
                 super::Balance::LeastRequest => "least_request",
@@ -138,6 +145,9 @@ impl Config {
                 h.unhealthy_after,
                 h.healthy_after
             );
+            if let Some(a) = &lc.auth {
+                let _ = writeln!(o, "{}", a.render(&q));
+            }
             for r in &lc.routes {
                 render_route(&mut o, r);
             }

@@ -198,3 +198,26 @@ upstream = "unix:/tmp/$${HOME}/\t.sock"
     );
     assert_eq!(again.render(), rendered);
 }
+
+#[test]
+fn jsonrpc_is_off_by_default_and_rendered_when_on() {
+    let on = FULL.replacen(
+        "tls      = \"mutual\"\n",
+        "tls      = \"mutual\"\njsonrpc  = true\n",
+        1,
+    );
+    let c = Config::parse(&on, &env()).expect("parses");
+    assert!(c.listeners[0].jsonrpc);
+    assert!(!c.listeners[1].jsonrpc);
+    let rendered = c.render();
+    assert_eq!(rendered.matches("jsonrpc = true").count(), 1, "{rendered}");
+    let again = Config::parse(&rendered, &env()).expect("rendered config parses");
+    assert!(again.listeners[0].jsonrpc);
+    let bad = FULL.replacen(
+        "tls      = \"mutual\"\n",
+        "tls = \"mutual\"\njsonrpc = \"yes\"\n",
+        1,
+    );
+    let e = Config::parse(&bad, &env()).expect_err("a string is not a bool");
+    assert!(e.to_string().contains("listeners[0].jsonrpc"), "{e}");
+}

@@ -5,7 +5,7 @@
 //! task that re-resolves it and publishes the resulting [`EndpointSet`] through a
 //! [`tokio::sync::watch`] channel.
 //!
-//! What it guarantees (the operator's view, DESIGN.md "It depends on nothing in the cluster but
+//! What it guarantees (the operator's view: "it depends on nothing in the cluster but
 //! DNS, and keeps serving from its last known peers when DNS itself is down"):
 //!
 //! - **Refresh.** The name is re-resolved every `refresh`, earlier when the shortest TTL of the
@@ -23,8 +23,13 @@
 //!   set at once would turn that moment into 503s for every client; keeping the last endpoints lets
 //!   health checks and passive ejection decide, and the proxy recovers as soon as DNS does. A
 //!   partial shrink (some records left) is published at once: that is an ordinary removal.
-//! - **Start.** [`spawn`] returns at once. The first value of the channel is an empty set until
-//!   the first resolution completes (on a healthy DNS server, within milliseconds). Callers that
+//! - **Fallback.** An upstream may list fixed `fallback` peers. They are the published set
+//!   whenever discovery has none: from the start until DNS first answers with records (a
+//!   cluster whose DNS is down when the proxy starts), and after empty answers outlast the hold.
+//!   A failing DNS server never brings them back once peers were discovered (the last set is
+//!   kept, as above), and they are never mixed with discovered peers.
+//! - **Start.** [`spawn`] returns at once. The first value of the channel is the fallback set
+//!   (often empty) until the first resolution completes (on a healthy DNS server, within milliseconds). Callers that
 //!   need the first answer wait with `Receiver::wait_for(|set| !set.is_empty())` or treat the
 //!   upstream as not ready, which is what `/readyz` reports anyway.
 //! - **End.** The task stops by itself once every receiver is dropped.
@@ -35,7 +40,7 @@
 //! and health checks decide among endpoints. A target of `.` ("service not available", RFC 2782)
 //! contributes nothing.
 
-mod resolve;
+pub(crate) mod resolve;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -148,6 +153,10 @@ pub struct DiscoveryOptions {
     pub min_ttl: Duration,
     /// How long an empty answer (NXDOMAIN or no records) leaves the last set in place.
     pub hold_on_empty: Duration,
+    /// Peers published while discovery has none: before DNS has answered with any record, and
+    /// after an empty answer has outlasted the hold. They are never mixed with discovered
+    /// peers; the first non-empty answer replaces them.
+    pub fallback: Vec<SocketAddr>,
 }
 
 /// One discovered peer.
@@ -223,7 +232,8 @@ pub(crate) fn spawn_with<R: resolve::Resolve>(
         return Err(DiscoveryError::ZeroRefresh);
     }
     let runtime = tokio::runtime::Handle::try_current().map_err(DiscoveryError::NoRuntime)?;
-    let (tx, rx) = watch::channel(EndpointSet::default());
+    // The first value: the fallback peers, if any, until DNS gives some.
+    let (tx, rx) = watch::channel(Arc::new(task::fallback_set(&opts.fallback)));
     let task = task::Loop::new(resolver, upstream_name, target, opts, metrics, tx);
     Ok((rx, runtime.spawn(task.run())))
 }

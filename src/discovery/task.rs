@@ -26,7 +26,10 @@ pub(super) struct Loop<R> {
     metrics: Metrics,
     labels: UpstreamLabels,
     tx: watch::Sender<EndpointSet>,
-    /// When the answers became empty while the published set was not; `None` when not holding.
+    /// What DNS has given (after merging failures and holding empties). The published set is
+    /// this, or `opts.fallback` while this is empty.
+    discovered: EndpointSet,
+    /// When the answers became empty while the discovered set was not; `None` when not holding.
     empty_since: Option<Instant>,
     /// Consecutive failed attempts.
     failing: u64,
@@ -41,6 +44,14 @@ impl<R: Resolve> Loop<R> {
         metrics: Metrics,
         tx: watch::Sender<EndpointSet>,
     ) -> Self {
+        let fallback = fallback_set(&opts.fallback);
+        if !fallback.is_empty() {
+            info!(
+                upstream = %upstream,
+                endpoints = %fallback.iter().map(describe).collect::<Vec<_>>().join(","),
+                "serving from the fallback peers until DNS gives any",
+            );
+        }
         let labels = UpstreamLabels {
             upstream: upstream.clone(),
         };
@@ -52,6 +63,7 @@ impl<R: Resolve> Loop<R> {
             metrics,
             labels,
             tx,
+            discovered: EndpointSet::default(),
             empty_since: None,
             failing: 0,
         }
@@ -64,7 +76,7 @@ impl<R: Resolve> Loop<R> {
                 .dns_resolutions
                 .get_or_create(&self.labels)
                 .inc();
-            let last = self.tx.borrow().clone();
+            let last = self.discovered.clone();
             let outcome = tokio::select! {
                 outcome = resolve(&self.resolver, &self.target, &last) => outcome,
                 () = self.tx.closed() => return,
@@ -121,7 +133,7 @@ impl<R: Resolve> Loop<R> {
     /// Publishes `endpoints` if they differ from the current set, unless they are empty and
     /// the hold for empty answers has not run out yet.
     fn settle(&mut self, endpoints: Vec<Endpoint>, now: Instant) {
-        if endpoints.is_empty() && !self.tx.borrow().is_empty() {
+        if endpoints.is_empty() && !self.discovered.is_empty() {
             let since = *self.empty_since.get_or_insert_with(|| {
                 warn!(
                     upstream = %self.upstream,
@@ -136,6 +148,12 @@ impl<R: Resolve> Loop<R> {
             }
         }
         self.empty_since = None;
+        self.discovered = Arc::new(endpoints.clone());
+        let endpoints = if endpoints.is_empty() {
+            fallback_set(&self.opts.fallback)
+        } else {
+            endpoints
+        };
         let current = self.tx.borrow().clone();
         if *current == endpoints {
             return;
@@ -172,6 +190,20 @@ impl<R: Resolve> Loop<R> {
         }
         delay
     }
+}
+
+/// The fallback addresses as endpoints, verified against their IP like A/AAAA peers.
+pub(super) fn fallback_set(addrs: &[SocketAddr]) -> Vec<Endpoint> {
+    let mut set: Vec<Endpoint> = addrs
+        .iter()
+        .map(|addr| Endpoint {
+            addr: *addr,
+            tls_name: addr.ip().to_string(),
+        })
+        .collect();
+    set.sort();
+    set.dedup();
+    set
 }
 
 fn describe(endpoint: &Endpoint) -> String {

@@ -136,6 +136,7 @@ fn options() -> DiscoveryOptions {
         refresh: REFRESH,
         min_ttl: Duration::from_secs(1),
         hold_on_empty: HOLD,
+        fallback: Vec::new(),
     }
 }
 
@@ -354,6 +355,7 @@ async fn without_a_hold_an_empty_answer_empties_the_set_at_once() {
     script.set(NAME, Kind::A, ips(&["10.0.0.1"]));
     let opts = DiscoveryOptions {
         hold_on_empty: Duration::ZERO,
+        fallback: Vec::new(),
         ..options()
     };
     let mut run = Running::start(
@@ -577,4 +579,67 @@ fn bad_targets_say_what_is_wrong() {
         .expect_err("long label")
         .to_string()
         .contains("63"));
+}
+
+fn with_fallback(addrs: &[&str]) -> DiscoveryOptions {
+    DiscoveryOptions {
+        fallback: addrs
+            .iter()
+            .map(|a| a.parse().expect("test address"))
+            .collect(),
+        ..options()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fallback_serves_while_dns_never_answered_and_yields_to_the_first_answer() {
+    let script = Script::default();
+    script.set(NAME, Kind::A, Reply::Fail);
+    script.set(NAME, Kind::Aaaa, Reply::Fail);
+    let target = Target::Host {
+        name: NAME.to_owned(),
+        port: 6385,
+    };
+    let mut run = Running::start(
+        &script,
+        target,
+        with_fallback(&["10.0.0.9:6385", "[fd00::9]:6385"]),
+    );
+    // Published before the first query returns, and kept through failures.
+    let fallback = vec![ep("10.0.0.9:6385"), ep("[fd00::9]:6385")];
+    assert_eq!(run.current(), fallback);
+    run.quiet_for(REFRESH * 4).await;
+    assert!(run.counts().1 >= 4, "failures counted: {:?}", run.counts());
+    // DNS comes back: the discovered peers replace the fallback, not join it.
+    script.set(NAME, Kind::A, ips(&["10.0.0.1"]));
+    script.set(NAME, Kind::Aaaa, Reply::NoData);
+    assert_eq!(run.next().await, vec![ep("10.0.0.1:6385")]);
+    // DNS fails again: the last discovered set stays, the fallback does not come back.
+    script.set(NAME, Kind::A, Reply::Fail);
+    run.quiet_for(REFRESH * 4).await;
+    assert_eq!(run.current(), vec![ep("10.0.0.1:6385")]);
+    run.task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn fallback_returns_when_answers_stay_empty_past_the_hold() {
+    let script = Script::default();
+    script.set(NAME, Kind::A, ips(&["10.0.0.1"]));
+    script.set(NAME, Kind::Aaaa, Reply::NoData);
+    let target = Target::Host {
+        name: NAME.to_owned(),
+        port: 6385,
+    };
+    let mut run = Running::start(&script, target, with_fallback(&["10.0.0.9:6385"]));
+    assert_eq!(run.current(), vec![ep("10.0.0.9:6385")]);
+    assert_eq!(run.next().await, vec![ep("10.0.0.1:6385")]);
+    script.set(NAME, Kind::A, Reply::NxDomain);
+    let started = Instant::now();
+    assert_eq!(run.next().await, vec![ep("10.0.0.9:6385")]);
+    assert!(
+        started.elapsed() >= HOLD,
+        "published after {:?}",
+        started.elapsed()
+    );
+    run.task.abort();
 }

@@ -10,6 +10,7 @@
 //!   symlink) and on SIGHUP;
 //! - self-issued leaves from the operator CA (`issuer_cert`/`issuer_key`), see [`rotate`].
 
+pub mod expiry;
 pub mod export;
 mod load;
 pub mod rotate;
@@ -161,14 +162,7 @@ pub fn load_files(
 }
 
 pub(crate) fn record_expiry(metrics: &Metrics, m: &Material) {
-    let secs = m
-        .not_after
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    metrics
-        .certificate_expiry
-        .set(i64::try_from(secs).unwrap_or(i64::MAX));
+    expiry::record(metrics, m);
 }
 
 struct FileWatcher {

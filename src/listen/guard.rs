@@ -1,7 +1,7 @@
 //! A second reader of HTTP/1.1 request streams, for the framing hyper resolves out of sight.
 //!
 //! hyper settles two ambiguities before the service sees a request, in ways RFC 9112 allows
-//! but DESIGN does not (ambiguous framing is refused, never forwarded):
+//! but this proxy does not (ambiguous framing is refused, never forwarded):
 //!
 //! - `Content-Length` with `Transfer-Encoding`: it drops `Content-Length` and reads the body as
 //!   chunked (RFC 9112 §6.3 item 3 lets a server do that, or reject).

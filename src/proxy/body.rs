@@ -124,6 +124,14 @@ impl RequestBody {
         Self::Full(None)
     }
 
+    /// The bytes of the body already in memory (all of a buffered body, the part of a streamed
+    /// one read before streaming began).
+    pub fn prefix(&self) -> &[u8] {
+        match self {
+            Self::Full(b) | Self::Stream(b, _) => b.as_deref().unwrap_or_default(),
+        }
+    }
+
     /// Whether [`Self::try_clone`] can copy it (the body is buffered).
     pub fn is_replayable(&self) -> bool {
         matches!(self, Self::Full(_))
@@ -189,6 +197,9 @@ pub trait Progress: Send + Sync + 'static {
 pub trait OnEnd: Send + Sync + 'static {
     /// `bytes` sent to the client; `complete` false if the body was aborted.
     fn on_end(&mut self, bytes: u64, complete: bool);
+
+    /// The first data frame of the response, before it is sent; by default ignored.
+    fn on_first_data(&mut self, _data: &[u8]) {}
 }
 
 enum Inner {
@@ -278,6 +289,11 @@ impl Body for ResponseBody {
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
+                    if this.bytes == 0 && !d.is_empty() {
+                        if let Some(f) = &mut this.on_end {
+                            f.on_first_data(d);
+                        }
+                    }
                     this.bytes += d.len() as u64;
                 }
             }

@@ -17,6 +17,12 @@ pub enum ProxyError {
     BadRequest(&'static str),
     #[error("client certificate not allowed on this listener")]
     Forbidden,
+    /// 401 with the listener's `WWW-Authenticate` challenge.
+    #[error("authentication required")]
+    Unauthorized { challenge: HeaderValue, close: bool },
+    /// Too many password verifications waiting; nothing was verified.
+    #[error("too many authentication attempts in progress; retry later")]
+    AuthBusy { close: bool },
     #[error("request head larger than {0} bytes")]
     HeadTooLarge(usize),
     #[error("request target too long")]
@@ -48,6 +54,8 @@ impl ProxyError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::AuthBusy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::HeadTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -66,6 +74,8 @@ impl ProxyError {
         match self {
             Self::BadRequest(_)
             | Self::Forbidden
+            | Self::Unauthorized { .. }
+            | Self::AuthBusy { .. }
             | Self::HeadTooLarge(_)
             | Self::UriTooLong
             | Self::BodyTimeout
@@ -84,6 +94,8 @@ impl ProxyError {
         match self {
             Self::BadRequest(_) => "bad_request",
             Self::Forbidden => "forbidden",
+            Self::Unauthorized { .. } => "unauthorized",
+            Self::AuthBusy { .. } => "authentication_busy",
             Self::HeadTooLarge(_) => "request_header_fields_too_large",
             Self::UriTooLong => "uri_too_long",
             Self::BodyTimeout => "request_timeout",
@@ -133,7 +145,38 @@ impl ProxyError {
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        match self {
+            Self::Unauthorized { challenge, close } => {
+                resp.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, challenge.clone());
+                if *close {
+                    // Answered before the body was read: as for 403 above.
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+            }
+            Self::AuthBusy { close } => {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                if *close {
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+            }
+            _ => {}
+        }
         resp
+    }
+}
+
+impl From<crate::auth::Deny> for ProxyError {
+    fn from(d: crate::auth::Deny) -> Self {
+        match d {
+            crate::auth::Deny::Unauthorized { challenge, close } => {
+                Self::Unauthorized { challenge, close }
+            }
+            crate::auth::Deny::Busy { close } => Self::AuthBusy { close },
+        }
     }
 }
 

@@ -295,7 +295,7 @@ pub fn came_through_proxy(headers: &HeaderMap) -> bool {
         .any(|entry| entry.split_whitespace().nth(1) == Some(VIA_NAME))
 }
 
-/// Methods that may be replayed after a request reached an upstream (DESIGN: retries).
+/// Methods that may be replayed after a request reached an upstream (docs/reference.md: retries).
 pub fn is_replayable(method: &Method) -> bool {
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }

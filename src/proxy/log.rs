@@ -1,42 +1,45 @@
 //! The access log line and request metrics, written when a response ends.
 
 use super::body::OnEnd;
+use super::jsonrpc;
 use super::{Blame, ConnInfo};
-use crate::metrics::{ListenerLabels, Metrics, RequestLabels};
+use crate::metrics::{JsonRpcLabels, JsonRpcMethodLabels, ListenerLabels, Metrics, RequestLabels};
 use crate::tls::ClientIdentity;
 use http::{Method, Uri};
 use hyper::body::Incoming;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tokio::time::Instant;
 
 /// A listener's request metrics, resolved once so the hot path takes no lock and allocates no
 /// label strings.
 pub(super) struct ListenerMetrics {
-    by_class: [Counter; 5],
+    listener: String,
+    requests: prometheus_client::metrics::family::Family<RequestLabels, Counter>,
+    /// The counter of each status 100..=599, resolved on first use: a series appears once a
+    /// code was answered, and later requests with that code take no lock.
+    by_code: Box<[OnceLock<Counter>]>,
     duration: Histogram,
+    /// For `jsonrpc = true` listeners.
+    jsonrpc: Option<JsonRpcFamilies>,
+}
+
+struct JsonRpcFamilies {
+    calls: prometheus_client::metrics::family::Family<JsonRpcLabels, Counter>,
+    duration: prometheus_client::metrics::family::Family<JsonRpcMethodLabels, Histogram>,
 }
 
 impl ListenerMetrics {
-    pub(super) fn new(metrics: &Metrics, listener: &str) -> Arc<Self> {
-        let class = |c: &'static str| {
-            metrics
-                .requests
-                .get_or_create(&RequestLabels {
-                    listener: listener.to_owned(),
-                    class: c,
-                })
-                .clone()
-        };
+    pub(super) fn new(metrics: &Metrics, listener: &str, jsonrpc: bool) -> Arc<Self> {
         Arc::new(Self {
-            by_class: [
-                class("1xx"),
-                class("2xx"),
-                class("3xx"),
-                class("4xx"),
-                class("5xx"),
-            ],
+            listener: listener.to_owned(),
+            requests: metrics.requests.clone(),
+            by_code: (100..600).map(|_| OnceLock::new()).collect(),
+            jsonrpc: jsonrpc.then(|| JsonRpcFamilies {
+                calls: metrics.jsonrpc_calls.clone(),
+                duration: metrics.jsonrpc_call_duration.clone(),
+            }),
             duration: metrics
                 .request_duration
                 .get_or_create(&ListenerLabels {
@@ -44,6 +47,38 @@ impl ListenerMetrics {
                 })
                 .clone(),
         })
+    }
+
+    fn count(&self, status: u16) {
+        let labels = || RequestLabels {
+            listener: self.listener.clone(),
+            class: crate::metrics::status_class(status),
+            code: status,
+        };
+        match self.by_code.get(usize::from(status).wrapping_sub(100)) {
+            Some(slot) => slot
+                .get_or_init(|| self.requests.get_or_create(&labels()).clone())
+                .inc(),
+            // A code outside 100..=599 (an upstream may send up to 999): rare, looked up.
+            None => self.requests.get_or_create(&labels()).inc(),
+        };
+    }
+
+    fn count_call(&self, method: &'static str, outcome: &'static str, secs: f64) {
+        let Some(j) = &self.jsonrpc else { return };
+        j.calls
+            .get_or_create(&JsonRpcLabels {
+                listener: self.listener.clone(),
+                method,
+                outcome,
+            })
+            .inc();
+        j.duration
+            .get_or_create(&JsonRpcMethodLabels {
+                listener: self.listener.clone(),
+                method,
+            })
+            .observe(secs);
     }
 }
 
@@ -59,6 +94,10 @@ pub(super) struct Record {
     pub(super) status: u16,
     pub(super) upstream: Option<Arc<str>>,
     pub(super) blame: Option<Blame>,
+    /// The JSON-RPC method, on a `jsonrpc = true` listener once the body was read.
+    pub(super) rpc_method: Option<&'static str>,
+    /// The answer's first bytes held a JSON-RPC `error` member.
+    rpc_error: bool,
     start: Instant,
     metrics: Arc<ListenerMetrics>,
 }
@@ -79,6 +118,8 @@ impl Record {
             status: 0,
             upstream: None,
             blame: None,
+            rpc_method: None,
+            rpc_error: false,
             start,
             metrics,
         }
@@ -99,6 +140,8 @@ impl Record {
             status,
             upstream: None,
             blame: Some(Blame::Client),
+            rpc_method: None,
+            rpc_error: false,
             start: Instant::now(),
             metrics,
         }
@@ -122,9 +165,24 @@ fn bounded_path(uri: &Uri) -> String {
 impl OnEnd for Record {
     fn on_end(&mut self, bytes: u64, complete: bool) {
         let elapsed = self.start.elapsed();
-        let class = usize::from(self.status / 100).clamp(1, 5) - 1;
-        self.metrics.by_class[class].inc();
+        self.metrics.count(self.status);
         self.metrics.duration.observe(elapsed.as_secs_f64());
+        let rpc_method = self
+            .metrics
+            .jsonrpc
+            .is_some()
+            .then(|| self.rpc_method.unwrap_or(jsonrpc::OTHER));
+        if let Some(method) = rpc_method {
+            let outcome = match self.status {
+                _ if !complete => "failed",
+                200..=299 if self.rpc_error => "error",
+                200..=399 => "ok",
+                400..=499 => "refused",
+                _ => "failed",
+            };
+            self.metrics
+                .count_call(method, outcome, elapsed.as_secs_f64());
+        }
         if !tracing::event_enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
@@ -143,6 +201,7 @@ impl OnEnd for Record {
             bytes,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             upstream = self.upstream.as_deref().unwrap_or("-"),
+            rpc_method = rpc_method.unwrap_or("-"),
             blame = self.blame.map_or("-", |b| match b {
                 Blame::Client => "client",
                 Blame::Upstream => "upstream",
@@ -150,5 +209,11 @@ impl OnEnd for Record {
             }),
             complete,
         );
+    }
+
+    fn on_first_data(&mut self, data: &[u8]) {
+        if self.metrics.jsonrpc.is_some() && (200..300).contains(&self.status) {
+            self.rpc_error = jsonrpc::is_error(data);
+        }
     }
 }

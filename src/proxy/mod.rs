@@ -1,5 +1,5 @@
 //! The forwarding service: one request in, one request to an upstream endpoint, one response
-//! out, with the limits, header hygiene and error statuses of DESIGN.md.
+//! out, with the limits, header hygiene and error statuses of docs/reference.md.
 //!
 //! Request bodies up to [`BUFFER_LIMIT`], of known length or chunked, are read completely (within
 //! `body_timeout`) before an upstream is contacted: Ironic's JSON bodies are small, a slow or
@@ -10,6 +10,7 @@ pub mod body;
 mod error;
 pub mod find;
 pub mod headers;
+pub mod jsonrpc;
 mod log;
 pub mod pool;
 pub mod route;
@@ -60,27 +61,60 @@ pub struct Proxy {
     limits: Limits,
     metrics: Metrics,
     listener_metrics: Arc<log::ListenerMetrics>,
+    auth: Option<Arc<crate::auth::Gate>>,
     /// Path routes to other upstreams (`[[listeners.routes]]`); `upstream` serves the rest.
     routes: Option<Arc<route::Routes>>,
+    /// `jsonrpc = true`: the method of each call is read for the log and metrics.
+    jsonrpc: bool,
+    /// Upstream latency to the response head: `[local, peer]`.
+    upstream_latency: [prometheus_client::metrics::histogram::Histogram; 2],
 }
 
 impl Proxy {
     pub fn new(listener: &str, upstream: Arc<Pool>, limits: Limits, metrics: Metrics) -> Self {
-        let listener_metrics = log::ListenerMetrics::new(&metrics, listener);
+        let listener_metrics = log::ListenerMetrics::new(&metrics, listener, false);
+        let latency = |role| {
+            metrics
+                .upstream_duration
+                .get_or_create(&crate::metrics::UpstreamRoleLabels {
+                    upstream: upstream.name.clone(),
+                    role,
+                })
+                .clone()
+        };
+        let upstream_latency = [latency("local"), latency("peer")];
         Self {
             listener: listener.into(),
             upstream,
             limits,
             metrics,
             listener_metrics,
+            auth: None,
             routes: None,
+            jsonrpc: false,
+            upstream_latency,
         }
+    }
+
+    /// Requires Basic authentication (`[listeners.auth]`) on this listener.
+    #[must_use]
+    pub fn with_auth(mut self, gate: Option<Arc<crate::auth::Gate>>) -> Self {
+        self.auth = gate;
+        self
     }
 
     /// Adds path routes (see [`route`]).
     #[must_use]
     pub fn with_routes(mut self, routes: route::Routes) -> Self {
         self.routes = Some(Arc::new(routes));
+        self
+    }
+
+    /// Marks the listener as JSON-RPC (`jsonrpc = true`): see [`jsonrpc`].
+    #[must_use]
+    pub fn with_jsonrpc(mut self, on: bool) -> Self {
+        self.jsonrpc = on;
+        self.listener_metrics = log::ListenerMetrics::new(&self.metrics, &self.listener, on);
         self
     }
 
@@ -98,7 +132,7 @@ impl Proxy {
             self.listener_metrics.clone(),
             start,
         );
-        let mut resp = match self.forward(req, conn).await {
+        let mut resp = match self.forward(req, conn, &mut record.rpc_method).await {
             Ok((resp, endpoint)) => {
                 record.upstream = Some(endpoint);
                 resp
@@ -148,8 +182,9 @@ impl Proxy {
 
     async fn forward(
         &self,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         conn: &ConnInfo,
+        rpc_method: &mut Option<&'static str>,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         if let Some(FramingRefused(why)) = req.extensions().get::<FramingRefused>() {
             return Err(ProxyError::BadRequest(why));
@@ -186,10 +221,15 @@ impl Proxy {
         {
             return Err(ProxyError::BadRequest("userinfo in the request target"));
         }
-        let decision = match &self.routes {
+        // Routes first: a request over plain HTTP that may not be served that way gets its 403
+        // before any 401 could invite a client to send its password in clear.
+        let (decision, plaintext_route) = match &self.routes {
             Some(r) => r.decide(req.method(), req.uri().path(), conn.tls)?,
-            None => route::Decision::Default,
+            None => (route::Decision::Default, false),
         };
+        if let Some(gate) = self.auth.as_ref().filter(|_| !plaintext_route) {
+            gate.admit(&mut req).await?;
+        }
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
         let (mut parts, incoming) = req.into_parts();
@@ -222,6 +262,10 @@ impl Proxy {
                 buffer_prefix(limited, &cut, max).await?
             }
         };
+        if self.jsonrpc {
+            // Only from what is already in memory: never waits for more of the body.
+            *rpc_method = Some(jsonrpc::method(body.prefix()));
+        }
 
         let via_proxy = headers::came_through_proxy(&parts.headers);
         // The target's authority, when it has one (absolute-form, HTTP/2 :authority), wins
@@ -260,7 +304,7 @@ impl Proxy {
             .await
     }
 
-    /// Sends to the picked endpoint, retrying on another one as DESIGN allows: any request that
+    /// Sends to the picked endpoint, retrying on another one as docs/reference.md says: any request that
     /// failed before a byte reached an upstream (connect refused or timed out, TLS failure), and
     /// GET, HEAD and OPTIONS also after a reset, a timeout or a 502/503/504 answer; never a
     /// streamed body, never past `upstream_timeout` counted from the first try.
@@ -282,6 +326,7 @@ impl Proxy {
             let Some((slot, member)) = upstream.pick(&tried, via_proxy) else {
                 return Err(last_err.unwrap_or(ProxyError::NoUpstream));
             };
+            let role = usize::from(!matches!(slot, Slot::Local));
             tried.push(slot);
             let attempts_left = tried.len() <= upstream.retries as usize;
             // Keep what another try needs only when one can follow: tries are left and another
@@ -307,7 +352,11 @@ impl Proxy {
             };
             let req = Request::from_parts(head, std::mem::replace(&mut body, RequestBody::empty()));
             let endpoint = &member.endpoint;
+            let sent = Instant::now();
             let outcome = tokio::time::timeout_at(deadline, endpoint.send(req)).await;
+            if let Ok(Ok(_)) = &outcome {
+                self.upstream_latency[role].observe(sent.elapsed().as_secs_f64());
+            }
             let (err, retry_ok) = match outcome {
                 Err(_) => {
                     member.health.record_passive_failure(Instant::now());

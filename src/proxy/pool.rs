@@ -5,7 +5,7 @@
 //!   [`Peer`] (pool, health, checker) of every address that remains, so health carries over.
 //!   A new peer takes traffic only after its first active check passes.
 //! - `local` is used while available; when it is the only endpoint it is always tried (a
-//!   refused connect then answers 502, the status DESIGN gives a sidecar whose Ironic restarts).
+//!   refused connect then answers 502, the status the contract gives a sidecar whose Ironic restarts).
 //! - Loop safety: a request that already came through an ironic-proxy (`Via`) only goes to
 //!   `local`, never to a peer again.
 
@@ -13,7 +13,7 @@ use super::upstream::Endpoint;
 use crate::balance::{run_checks, Health, HealthOptions, Load, Picker};
 use crate::config::{HealthConfig, UpstreamAddr};
 use crate::discovery::{self, EndpointSet};
-use crate::metrics::{EndpointLabels, Metrics, PeerTlsLabels};
+use crate::metrics::{EndpointHealthLabels, EndpointLabels, Metrics, PeerTlsLabels};
 use crate::tls::peer::PeerTls;
 use arc_swap::ArcSwap;
 use rustls::ClientConfig;
@@ -397,9 +397,41 @@ async fn follow(
 /// Publishes endpoint counts by state every second.
 async fn report(pool: std::sync::Weak<Pool>, metrics: Metrics) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut shown: Vec<EndpointHealthLabels> = Vec::new();
     loop {
         tick.tick().await;
-        let Some(p) = pool.upgrade() else { return };
+        let Some(p) = pool.upgrade() else {
+            for l in &shown {
+                metrics.endpoint_healthy.remove(l);
+            }
+            return;
+        };
+        // Per endpoint: 1 healthy, 0 not; series of endpoints that left the set are removed.
+        let peers = p.peers.load();
+        let now: Vec<(EndpointHealthLabels, bool)> = p
+            .local
+            .iter()
+            .map(|m| (m, "local"))
+            .chain(peers.iter().map(|m| (m, "peer")))
+            .map(|(m, role)| {
+                let labels = EndpointHealthLabels {
+                    upstream: p.name.clone(),
+                    endpoint: m.endpoint.name.clone(),
+                    role,
+                };
+                (labels, m.health.state() == "healthy")
+            })
+            .collect();
+        for l in shown.iter().filter(|l| !now.iter().any(|(n, _)| n == *l)) {
+            metrics.endpoint_healthy.remove(l);
+        }
+        for (l, healthy) in &now {
+            metrics
+                .endpoint_healthy
+                .get_or_create(l)
+                .set(i64::from(*healthy));
+        }
+        shown = now.into_iter().map(|(l, _)| l).collect();
         for (state, n) in p.counts() {
             metrics
                 .upstream_endpoints

@@ -81,12 +81,15 @@ impl Routes {
     }
 
     /// The route of a request, or why it is refused. `tls`: the request came over TLS.
+    /// The upstream for a request, and whether its route is a `plaintext` one: such routes
+    /// serve boot files to iPXE, which sends no credentials, so `[listeners.auth]` does not
+    /// apply to them.
     pub fn decide(
         &self,
         method: &Method,
         path: &str,
         tls: bool,
-    ) -> Result<Decision<'_>, ProxyError> {
+    ) -> Result<(Decision<'_>, bool), ProxyError> {
         let decoded = check_path(path).map_err(ProxyError::BadRequest)?;
         let chosen = self.select(&decoded);
         let route = chosen.map(|i| &self.routes[i]);
@@ -94,15 +97,16 @@ impl Routes {
             return Err(ProxyError::PlainHttp);
         }
         let (Some(i), Some(route)) = (chosen, route) else {
-            return Ok(Decision::Default);
+            return Ok((Decision::Default, false));
         };
         if !route.methods.is_empty() && !route.methods.contains(method) {
             return Err(ProxyError::MethodNotAllowed(self.allow[i].clone()));
         }
-        Ok(match &route.target {
+        let decision = match &route.target {
             Target::Forward(pool) => Decision::Forward(pool),
             Target::Find(finder) => Decision::Find(finder),
-        })
+        };
+        Ok((decision, route.plaintext))
     }
 
     /// The index of the most specific matching route; the first written among equals.
@@ -201,9 +205,9 @@ mod tests {
     /// The pool a request goes to, by name; "default" for the listener's own.
     fn to(routes: &Routes, method: &Method, path: &str, tls: bool) -> Result<String, u16> {
         match routes.decide(method, path, tls) {
-            Ok(Decision::Default) => Ok("default".into()),
-            Ok(Decision::Forward(p)) => Ok(p.name.clone()),
-            Ok(Decision::Find(_)) => Ok("find".into()),
+            Ok((Decision::Default, _)) => Ok("default".into()),
+            Ok((Decision::Forward(p), _)) => Ok(p.name.clone()),
+            Ok((Decision::Find(_), _)) => Ok("find".into()),
             Err(e) => Err(e.status().as_u16()),
         }
     }

@@ -9,6 +9,7 @@
 pub mod allow;
 mod client_id;
 pub mod peer;
+pub mod policy;
 
 pub use client_id::ClientIdentity;
 
@@ -27,8 +28,21 @@ pub enum TlsError {
     Config(#[source] rustls::Error),
 }
 
-/// The process-wide crypto provider.
+/// The process-wide crypto provider, restricted to the `[tls]` policy.
 pub fn provider() -> rustls::crypto::CryptoProvider {
+    let mut p = base_provider();
+    policy::current().apply(&mut p);
+    p
+}
+
+/// True when every algorithm in use comes from the FIPS-validated AWS-LC module (a build with
+/// the `fips` feature; see docs/operator-guide.md).
+pub fn fips() -> bool {
+    provider().fips()
+}
+
+/// aws-lc-rs with rustls' defaults, before the policy.
+pub(crate) fn base_provider() -> rustls::crypto::CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
 }
 
@@ -40,6 +54,9 @@ pub fn provider() -> rustls::crypto::CryptoProvider {
 /// BENCHMARKS.md has the before/after.
 fn listener_provider() -> rustls::crypto::CryptoProvider {
     let mut p = provider();
+    if policy::current().orders_suites() {
+        return p;
+    }
     let preferred = rustls::CipherSuite::TLS13_AES_128_GCM_SHA256;
     if let Some(i) = p.cipher_suites.iter().position(|s| s.suite() == preferred) {
         let suite = p.cipher_suites.remove(i);
@@ -56,7 +73,7 @@ pub fn server_config(
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(listener_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(policy::current().versions())
         .map_err(TlsError::Config)?;
     let builder = if mode == TlsMode::Mutual {
         // Chain, validity window and the clientAuth EKU are checked by webpki; a missing or

@@ -33,7 +33,7 @@ impl PeerTls {
 pub fn client_config(material: &Material) -> Result<Arc<ClientConfig>, rustls::Error> {
     let provider = Arc::new(super::provider());
     let mut cfg = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
+        .with_protocol_versions(super::policy::current().versions())?
         .with_root_certificates(material.roots.clone())
         .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
             material.certified_key.clone(),

@@ -4,7 +4,7 @@ load balancer, the Ironic instances, and the readers of their logs and metrics.
 Everything runs on 127.0.0.0/8 from one temporary directory. Every process is started in its
 own session (setsid), so that it and its children form one process group whose id is the pid
 we started; stopping signals that group only. Ironic needs this anyway: its SIGUSR2 handler
-signals its whole process group (IRONIC.md).
+signals its whole process group (docs/e2e.md).
 """
 
 import datetime
@@ -176,7 +176,7 @@ class Procs:
 
 
 class MariaDB:
-    """A private MariaDB: own datadir and socket, no TCP (IRONIC.md)."""
+    """A private MariaDB: own datadir and socket, no TCP (docs/e2e.md)."""
 
     def __init__(self, root, procs):
         self.dir = os.path.join(root, "mysql")
@@ -298,7 +298,7 @@ def sidecar_config(inst, ca_dir, peer_ips):
     """The sidecar of one instance: mutual TLS for JSON-RPC, TLS for the API, both forwarded to
     Ironic's unix sockets; identity self-issued for the instance's IP and exported for Ironic's
     JSON-RPC client. Same shape as config/sidecar.toml with the test's addresses, a short
-    validity and no DNS peers (DESIGN: a request that came through a proxy only goes local)."""
+    validity and no DNS peers (a request that came through a proxy only goes local)."""
     allow = ", ".join(f'"ip:{ip}/32"' for ip in peer_ips)
     return f"""# Sidecar of the Ironic instance {inst.ip} (written by tests/e2e/harness.py).
 [identity]
@@ -323,6 +323,8 @@ listen = "{inst.ip}:{RPC_PORT}"
 tls = "mutual"
 # The three conductors, and nobody else from the same CA.
 allow = [{allow}]
+# Each call's method in the access log and metrics (issue 14, tests/e2e/operate_checks.py).
+jsonrpc = true
 upstream = "unix:{inst.rpc_sock}"
 
 [[listeners]]
@@ -331,6 +333,32 @@ listen = "{inst.ip}:{API_PORT}"
 tls = "server"
 upstream = "unix:{inst.api_sock}"
 """
+
+
+def sidecar_profile_env(inst, ca_dir, peer_ips):
+    """The same sidecar as `sidecar_config`, as `ironic-proxy run --profile sidecar` builds it
+    from environment variables alone (config/profiles/sidecar.toml): what a pod spec sets."""
+    return {
+        "POD_NAME": "ironic-" + inst.ip.rsplit(".", 1)[1],
+        "POD_NAMESPACE": "metal3",
+        "POD_IPS": inst.ip,
+        "IRONIC_PROXY_PEER_CIDRS": ",".join(f"{ip}/32" for ip in peer_ips),
+        "IRONIC_PROXY_TRUST": f"{ca_dir}/ca.crt",
+        "IRONIC_PROXY_ISSUER_DIR": ca_dir,
+        "IRONIC_PROXY_CERT_VALIDITY": SIDECAR_VALIDITY,
+        "IRONIC_PROXY_CERT_RENEW_BEFORE": SIDECAR_RENEW_BEFORE,
+        "IRONIC_PROXY_EXPORT_DIR": inst.tls_dir,
+        "IRONIC_PROXY_WATCH_INTERVAL": "1s",
+        "IRONIC_PROXY_ADMIN_LISTEN": f"{inst.ip}:{ADMIN_PORT}",
+        "IRONIC_PROXY_DRAIN_TIMEOUT": "5s",
+        "IRONIC_PROXY_BIND": inst.ip,
+        "IRONIC_PROXY_RPC_PORT": str(RPC_PORT),
+        "IRONIC_PROXY_API_PORT": str(API_PORT),
+        "IRONIC_PROXY_RPC_SOCKET": inst.rpc_sock,
+        "IRONIC_PROXY_API_SOCKET": inst.api_sock,
+        # A request that came through a proxy only goes local, as in sidecar_config.
+        "IRONIC_PROXY_PEERS": "none",
+    }
 
 
 def lb_config(ca_dir, admin_port, dns_port):
@@ -368,7 +396,7 @@ health = {{ path = "/", interval = "2s", timeout = "1s", unhealthy_after = 2, he
 
 
 def ironic_conf(inst, db_url):
-    """ironic.conf of one all-in-one instance (IRONIC.md, with the short timers)."""
+    """ironic.conf of one all-in-one instance (docs/e2e.md, with the short timers)."""
     fake_and_none = ["bios", "console", "firmware", "inspect", "raid", "rescue", "vendor"]
     lines = "\n".join(f"enabled_{i}_interfaces = fake,no-{i}" for i in fake_and_none)
     return f"""[DEFAULT]
@@ -428,6 +456,8 @@ class Instance:
         self.rpc_sock = os.path.join(self.dir, "rpc.sock")
         self.conf = os.path.join(self.dir, "ironic.conf")
         self.sidecar_conf = os.path.join(self.dir, "sidecar.toml")
+        # When set: the sidecar runs `--profile sidecar` with these variables, no file.
+        self.profile_env = None
         self.sidecar_log = os.path.join(self.dir, "sidecar.log")
         self.ironic_log = os.path.join(self.dir, "ironic.log")
         self.sidecar = None

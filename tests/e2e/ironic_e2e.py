@@ -35,12 +35,23 @@ import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import operate_checks  # noqa: E402
 
 LB_URL = f"https://{h.LB_HOST}:{h.LB_PORT}"
 NODE_COUNT = 9
 FAILED_STATES = {"deploy failed", "clean failed", "error", "inspect failed", "manage failed"}
 STEP_TIMEOUT = 120  # one provisioning step of 9 nodes; ~10 s is usual
 CONTROL_PATH = "/e2e-control-probe"  # the probe's request, left out of the JSON-RPC counts
+
+
+def ironic_version():
+    """The version of the Ironic this run uses (its package metadata)."""
+    try:
+        from importlib.metadata import version
+
+        return "Ironic " + version("ironic")
+    except Exception as e:  # a summary line must never fail the run
+        return f"Ironic (version unknown: {e})"
 
 
 class Summary:
@@ -68,7 +79,7 @@ class Summary:
     def passed(self):
         return (
             self.error is None
-            and len(self.checks) == 5
+            and len(self.checks) == 6
             and all(ok for _, ok, _ in self.checks.values())
         )
 
@@ -76,6 +87,8 @@ class Summary:
         total = time.monotonic() - self.start
         out = ["", "==== ironic-proxy end-to-end summary (real distributed Ironic) ===="]
         out.append(f"result: {'PASS' if self.passed else 'FAIL'}")
+        out.append(f"ironic: {ironic_version()}; sidecar {h.IPS[0]} from `run --profile sidecar` "
+                   "(environment only), the others from config files")
         if self.error:
             out.append(f"error: {self.error}")
         out.append("timings:")
@@ -100,9 +113,10 @@ class Summary:
             3: "instance killed: LB answers, dead conductor's nodes taken over",
             4: "rolling restart: 0 failed reads through the LB",
             5: "certificate rotation mid-run with 0 failed JSON-RPC calls",
+            operate_checks.CHECK: operate_checks.TITLE,
         }
         passed = failed = 0
-        for n in range(1, 6):
+        for n in range(1, 7):
             title, ok, detail = self.checks.get(n, (titles[n], False, "not reached"))
             passed += ok
             failed += not ok
@@ -274,12 +288,21 @@ class E2E:
     def proxy(self, *argv, what):
         return h.run([self.bin, *argv], what)
 
+    def sidecar_args(self, inst):
+        """`run`/`check` arguments and environment of inst's sidecar: its file, or the built-in
+        profile with environment variables only."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("IRONIC_PROXY_")}
+        if inst.profile_env is None:
+            return ["--config", inst.sidecar_conf], {**base, "RUST_LOG": "info"}
+        return ["--profile", "sidecar"], {**base, **inst.profile_env, "RUST_LOG": "info"}
+
     def start_sidecar(self, inst):
+        args, env = self.sidecar_args(inst)
         inst.sidecar = self.procs.start(
             f"sidecar {inst.ip}",
-            [self.bin, "--log-format", "json", "run", "--config", inst.sidecar_conf],
+            [self.bin, "--log-format", "json", "run", *args],
             inst.sidecar_log,
-            env={**os.environ, "RUST_LOG": "info"},
+            env=env,
         )
 
         def up():
@@ -393,6 +416,8 @@ class E2E:
         self.rolling_restart()
         self.flow_down()
         self.analyse()
+        # Issue 14: doctor on every instance, JSON-RPC methods per calling conductor.
+        operate_checks.run(self)
 
     def setup(self):
         with Phase(self.s, "setup (PKI, MariaDB, dnsmasq, 3 instances, LB)"):
@@ -410,7 +435,8 @@ class E2E:
             # certificate from it that claims to be instance 127.0.0.2.
             self.proxy(
                 "ca", "init", "--out", self.ca_dir, "--name", "ironic-e2e CA",
-                "--permit-ip", "127.0.0.0/8", what="ca init",
+                # metal3.svc: the profile sidecar also names itself <pod>.ironic.metal3.svc.
+                "--permit-ip", "127.0.0.0/8", "--permit-dns", "metal3.svc", what="ca init",
             )  # fmt: skip
             foreign = os.path.join(self.root, "foreign")
             self.proxy(
@@ -428,12 +454,18 @@ class E2E:
             dns_port = h.free_port()
             self.dnsmasq = h.start_dnsmasq(self.root, self.procs, dns_port, h.IPS)
 
+            # The first instance's sidecar runs from the built-in profile, with environment
+            # variables only (as a pod spec gives them); the others from their files.
+            self.instances[0].profile_env = h.sidecar_profile_env(
+                self.instances[0], self.ca_dir, h.IPS
+            )
             for inst in self.instances:
                 with open(inst.sidecar_conf, "w") as f:
                     f.write(h.sidecar_config(inst, self.ca_dir, h.IPS))
                 with open(inst.conf, "w") as f:
                     f.write(h.ironic_conf(inst, self.db.url))
-                self.proxy("check", "--config", inst.sidecar_conf, what="check sidecar config")
+                args, env = self.sidecar_args(inst)
+                h.run([self.bin, "check", *args], f"check sidecar {inst.ip} ({args[0]})", env=env)
             self.lb_admin = f"http://127.0.0.1:{h.free_port()}"
             lb_conf = os.path.join(self.root, "lb.toml")
             with open(lb_conf, "w") as f:
@@ -798,6 +830,13 @@ class E2E:
         renewed_logged = collections.Counter()
         identity_events = {ip: [] for ip in h.IPS}  # ip -> [(time, "issued" | "renewed")]
         connections = {}  # (callee, client address) -> [caller, opened, [call times]]
+        # The access log names a client by its certificate's first SAN: the IP for the sidecars
+        # with a config file, <pod>.ironic.metal3.svc for the one from the profile.
+        aliases = {
+            f"{i.profile_env['POD_NAME']}.ironic.metal3.svc": i.ip
+            for i in self.instances
+            if i.profile_env is not None
+        }
         for inst in self.instances:
             hs_rpc[inst.ip] = 0
             for e in h.proxy_events(inst.sidecar_log):
@@ -818,10 +857,11 @@ class E2E:
                 if f.get("path") == CONTROL_PATH:
                     continue
                 rpc_total += 1
-                matrix[(f.get("identity"), inst.ip)] += 1
+                caller = aliases.get(f.get("identity"), f.get("identity"))
+                matrix[(caller, inst.ip)] += 1
                 t = h.event_time(e)
                 conn = connections.setdefault(
-                    (inst.ip, f.get("client")), [f.get("identity"), t, []]
+                    (inst.ip, f.get("client")), [caller, t, []]
                 )
                 conn[2].append(t)
                 status = int(f.get("status", 0))

@@ -1,5 +1,5 @@
 //! A real DNS server per test: Debian's dnsmasq on 127.0.0.1 and a free port, answering only
-//! for one zone from files in a temporary directory (the recipe of `shared/IRONIC.md`).
+//! for one zone from files in a temporary directory (the recipe of docs/e2e.md).
 //!
 //! - A/AAAA records live in an `--addn-hosts` file: [`Dnsmasq::set_hosts`] rewrites it and sends
 //!   SIGHUP, which makes dnsmasq re-read it without a restart.

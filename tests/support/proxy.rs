@@ -38,6 +38,7 @@ struct ListenerSpec {
     allow: Vec<String>,
     upstream: String,
     http2: Option<bool>,
+    jsonrpc: bool,
 }
 
 /// Writes a config and starts the proxy.
@@ -95,6 +96,7 @@ impl ProxyBuilder {
             allow: Vec::new(),
             upstream: upstream.to_owned(),
             http2: None,
+            jsonrpc: false,
         });
         self
     }
@@ -112,6 +114,15 @@ impl ProxyBuilder {
             .last_mut()
             .expect("add a listener first")
             .http2 = Some(on);
+        self
+    }
+
+    /// `jsonrpc = true` on the last listener added.
+    pub fn jsonrpc(mut self) -> Self {
+        self.listeners
+            .last_mut()
+            .expect("add a listener first")
+            .jsonrpc = true;
         self
     }
 
@@ -169,6 +180,9 @@ impl ProxyBuilder {
             o.push_str(&format!("tls = \"{}\"\n", l.tls.as_str()));
             if let Some(h2) = l.http2 {
                 o.push_str(&format!("http2 = {h2}\n"));
+            }
+            if l.jsonrpc {
+                o.push_str("jsonrpc = true\n");
             }
             if !l.allow.is_empty() {
                 let rules: Vec<String> = l.allow.iter().map(|r| toml_str(r)).collect();
