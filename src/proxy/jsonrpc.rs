@@ -91,6 +91,12 @@ pub const KNOWN: &[&str] = &[
     "vif_list",
 ];
 
+/// The position of a [`method`] label in [`KNOWN`], or `KNOWN.len()` for [`OTHER`]: a dense
+/// index for per-method metric handles.
+pub fn index(label: &str) -> usize {
+    KNOWN.binary_search(&label).unwrap_or(KNOWN.len())
+}
+
 /// The method label for a call whose body starts with `body` (possibly only part of it).
 pub fn method(body: &[u8]) -> &'static str {
     let window = &body[..body.len().min(SCAN_LIMIT)];
@@ -193,10 +199,11 @@ impl<'a> Scanner<'a> {
         let start = self.i + 1;
         let mut j = start;
         loop {
-            match self.b.get(j)? {
+            // Jump to the next quote or backslash (most strings have neither inside).
+            j += memchr::memchr2(b'"', b'\\', self.b.get(j..)?)?;
+            match self.b[j] {
                 b'"' => break,
-                b'\\' => j += 2,
-                _ => j += 1,
+                _ => j += 2,
             }
         }
         self.i = j + 1;

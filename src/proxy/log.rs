@@ -28,7 +28,13 @@ pub(super) struct ListenerMetrics {
 struct JsonRpcFamilies {
     calls: prometheus_client::metrics::family::Family<JsonRpcLabels, Counter>,
     duration: prometheus_client::metrics::family::Family<JsonRpcMethodLabels, Histogram>,
+    /// Per method index (`jsonrpc::index`) and outcome, resolved on first use like `by_code`.
+    call_counters: Box<[OnceLock<Counter>]>,
+    durations: Box<[OnceLock<Histogram>]>,
 }
+
+/// The `outcome` label values, in the order of `JsonRpcFamilies::call_counters`.
+const OUTCOMES: [&str; 4] = ["ok", "error", "refused", "failed"];
 
 impl ListenerMetrics {
     pub(super) fn new(metrics: &Metrics, listener: &str, jsonrpc: bool) -> Arc<Self> {
@@ -36,9 +42,16 @@ impl ListenerMetrics {
             listener: listener.to_owned(),
             requests: metrics.requests.clone(),
             by_code: (100..600).map(|_| OnceLock::new()).collect(),
-            jsonrpc: jsonrpc.then(|| JsonRpcFamilies {
-                calls: metrics.jsonrpc_calls.clone(),
-                duration: metrics.jsonrpc_call_duration.clone(),
+            jsonrpc: jsonrpc.then(|| {
+                let methods = jsonrpc::KNOWN.len() + 1;
+                JsonRpcFamilies {
+                    calls: metrics.jsonrpc_calls.clone(),
+                    duration: metrics.jsonrpc_call_duration.clone(),
+                    call_counters: (0..methods * OUTCOMES.len())
+                        .map(|_| OnceLock::new())
+                        .collect(),
+                    durations: (0..methods).map(|_| OnceLock::new()).collect(),
+                }
             }),
             duration: metrics
                 .request_duration
@@ -64,21 +77,32 @@ impl ListenerMetrics {
         };
     }
 
-    fn count_call(&self, method: &'static str, outcome: &'static str, secs: f64) {
+    fn count_call(&self, method: &'static str, outcome: usize, secs: f64) {
         let Some(j) = &self.jsonrpc else { return };
-        j.calls
-            .get_or_create(&JsonRpcLabels {
-                listener: self.listener.clone(),
-                method,
-                outcome,
+        let m = jsonrpc::index(method);
+        if let Some(slot) = j.call_counters.get(m * OUTCOMES.len() + outcome) {
+            slot.get_or_init(|| {
+                j.calls
+                    .get_or_create(&JsonRpcLabels {
+                        listener: self.listener.clone(),
+                        method,
+                        outcome: OUTCOMES[outcome],
+                    })
+                    .clone()
             })
             .inc();
-        j.duration
-            .get_or_create(&JsonRpcMethodLabels {
-                listener: self.listener.clone(),
-                method,
+        }
+        if let Some(slot) = j.durations.get(m) {
+            slot.get_or_init(|| {
+                j.duration
+                    .get_or_create(&JsonRpcMethodLabels {
+                        listener: self.listener.clone(),
+                        method,
+                    })
+                    .clone()
             })
             .observe(secs);
+        }
     }
 }
 
@@ -173,12 +197,13 @@ impl OnEnd for Record {
             .is_some()
             .then(|| self.rpc_method.unwrap_or(jsonrpc::OTHER));
         if let Some(method) = rpc_method {
+            // Indexes into OUTCOMES.
             let outcome = match self.status {
-                _ if !complete => "failed",
-                200..=299 if self.rpc_error => "error",
-                200..=399 => "ok",
-                400..=499 => "refused",
-                _ => "failed",
+                _ if !complete => 3,
+                200..=299 if self.rpc_error => 1,
+                200..=399 => 0,
+                400..=499 => 2,
+                _ => 3,
             };
             self.metrics
                 .count_call(method, outcome, elapsed.as_secs_f64());
