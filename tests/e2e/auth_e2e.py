@@ -109,6 +109,14 @@ class AuthE2E(base.E2E):
         sidecar, lb, ironic = h.sidecar_config, h.lb_config, h.ironic_conf
         table = f'\n[listeners.auth]\nhtpasswd = "{self.htpasswd}"\nrealm = "Ironic API"\n'
         h.sidecar_config = lambda *a: sidecar(*a) + table
+        # The sidecar that runs from `--profile sidecar` (env vars only) gets the same htpasswd
+        # the way a pod spec gives it (IRONIC_PROXY_HTPASSWD, as the kit sets it).
+        profile_env = h.sidecar_profile_env
+        h.sidecar_profile_env = lambda *a: {
+            **profile_env(*a),
+            "IRONIC_PROXY_HTPASSWD": self.htpasswd,
+            "IRONIC_PROXY_AUTH_REALM": "Ironic API",
+        }
         h.lb_config = lambda *a: lb(*a) + table
         rpc = "[json_rpc]\nauth_strategy = noauth\n"
         basic = (
