@@ -125,26 +125,7 @@ impl Config {
             if let Some(dns) = &u.dns {
                 let _ = writeln!(o, "dns = {}", q(dns));
             }
-            if !u.fallback.is_empty() {
-                let _ = writeln!(o, "fallback = {}", list(&u.fallback));
-            }
-            let balance = match u.balance {
-                super::Balance::LeastRequest => "least_request",
-                super::Balance::RoundRobin => "round_robin",
-            };
-            let h = &u.health;
-            let _ = writeln!(
-                o,
-                "tls = {}\nbalance = \"{balance}\"\nretries = {}\nhealth = {{ path = {}, interval = {}, \
-                 timeout = {}, unhealthy_after = {}, healthy_after = {} }}\n",
-                u.tls,
-                u.retries,
-                q(&h.path),
-                d(h.interval),
-                d(h.timeout),
-                h.unhealthy_after,
-                h.healthy_after
-            );
+            upstream_policy(&mut o, u);
             if let Some(a) = &lc.auth {
                 let _ = writeln!(o, "{}", a.render(&q));
             }
@@ -179,6 +160,15 @@ fn render_route(o: &mut String, r: &super::RouteConfig) {
     }
     if r.find.is_some() {
         let _ = writeln!(o, "find = \"newest\"\nfind_timeout = {}", d(r.find_timeout));
+    }
+    upstream_policy(o, u);
+}
+
+/// What a listener's and a route's upstream share after their addresses: fallback peers, TLS,
+/// balancing, retries and health checks, every default filled in.
+fn upstream_policy(o: &mut String, u: &super::UpstreamConfig) {
+    if !u.fallback.is_empty() {
+        let _ = writeln!(o, "fallback = {}", list(&u.fallback));
     }
     let balance = match u.balance {
         super::Balance::LeastRequest => "least_request",
