@@ -182,8 +182,9 @@ class AuthE2E(base.E2E):
         path = os.path.join(self.root, "nodes.json")
         with open(path, "w") as f:
             json.dump(
-                {"nodes": [{"name": n, "uuid": str(uuid.uuid4()), "driver": "fake-hardware"}
-                           for n in self.names]},
+                {"nodes": [{"name": n, "uuid": u, "driver": "fake-hardware"}
+                           for n, u in zip(self.names, h.spread_uuids(NODES // len(h.IPS)),
+                                           strict=True)]},
                 f,
             )  # fmt: skip
         n = NODES

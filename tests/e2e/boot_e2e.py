@@ -31,7 +31,6 @@ import sys
 import tempfile
 import time
 import traceback
-import uuid
 
 import requests
 
@@ -289,23 +288,9 @@ class Boot:
             60,
         )
 
-    def pick_uuids(self):
-        from tooz import hashring
-
-        ring = hashring.HashRing(h.IPS, partitions=2**5, hash_function="md5")
-        want = {ip: NODES_PER_CONDUCTOR for ip in h.IPS}
-        picked = []
-        while sum(want.values()):
-            u = str(uuid.uuid4())
-            owner = ring.get_nodes(u.encode()).pop()
-            if want[owner]:
-                want[owner] -= 1
-                picked.append(u)
-        return picked
-
     def deploy(self):
         images = self.images
-        for i, u in enumerate(self.pick_uuids()):
+        for i, u in enumerate(h.spread_uuids(NODES_PER_CONDUCTOR)):
             mac = f"52:54:00:00:00:{i + 1:02x}"
             r = self.api.post(
                 f"https://{LB}/v1/nodes",

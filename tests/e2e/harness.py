@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 
 import requests
 
@@ -293,6 +294,25 @@ def start_dnsmasq(root, procs, port, ips):
 
 # --- configuration files -------------------------------------------------------------------
 
+
+
+def spread_uuids(per_conductor):
+    """Node UUIDs that Ironic's hash ring (tooz, md5, 2^5 partitions, as ironic_conf configures
+    it) gives `per_conductor` to each of IPS, so that a test's nodes always cross conductors:
+    with random UUIDs, 3 nodes all land on one conductor 1 time in 9. Tests assert the
+    conductor Ironic reports, never this guess."""
+    from tooz import hashring
+
+    ring = hashring.HashRing(IPS, partitions=2**5, hash_function="md5")
+    want = {ip: per_conductor for ip in IPS}
+    picked = []
+    while sum(want.values()):
+        u = str(uuid.uuid4())
+        owner = ring.get_nodes(u.encode()).pop()
+        if want[owner]:
+            want[owner] -= 1
+            picked.append(u)
+    return picked
 
 def sidecar_config(inst, ca_dir, peer_ips):
     """The sidecar of one instance: mutual TLS for JSON-RPC, TLS for the API, both forwarded to

@@ -29,7 +29,6 @@ import tempfile
 import threading
 import time
 import traceback
-import uuid
 
 import requests
 
@@ -505,23 +504,6 @@ class E2E:
             if r.status_code != 200:
                 raise h.Failure(f"GET {LB_URL}/v1 through the LB: HTTP {r.status_code}")
 
-    def pick_uuids(self):
-        """Node UUIDs that Ironic's hash ring (tooz, md5, 2^5 partitions, as configured) gives
-        three to each conductor: with random UUIDs one conductor gets none of 9 nodes 8% of
-        the time. The assertion checks the conductor field Ironic reports, not this guess."""
-        from tooz import hashring
-
-        ring = hashring.HashRing(h.IPS, partitions=2**5, hash_function="md5")
-        want = {ip: NODE_COUNT // len(h.IPS) for ip in h.IPS}
-        picked = []
-        while len(picked) < NODE_COUNT:
-            u = str(uuid.uuid4())
-            owner = ring.get_nodes(u.encode()).pop()
-            if want[owner]:
-                want[owner] -= 1
-                picked.append(u)
-        return picked
-
     def conductors_of(self, ns):
         return dict(collections.Counter(n["conductor"] for n in ns))
 
@@ -533,7 +515,9 @@ class E2E:
                 {
                     "nodes": [
                         {"name": name, "uuid": u, "driver": "fake-hardware"}
-                        for name, u in zip(self.names, self.pick_uuids(), strict=True)
+                        for name, u in zip(
+                            self.names, h.spread_uuids(NODE_COUNT // len(h.IPS)), strict=True
+                        )
                     ]
                 },
                 f,
