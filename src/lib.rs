@@ -13,6 +13,7 @@
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`auth`]: HTTP Basic authentication per listener (htpasswd, public paths).
 //! - [`metrics`]: the Prometheus registry and every metric family.
+//! - [`logging`]: the stderr writer behind `tracing`; access lines written in batches.
 
 pub mod admin;
 pub mod auth;
@@ -22,6 +23,7 @@ pub mod discovery;
 pub mod doctor;
 pub mod identity;
 pub mod listen;
+pub mod logging;
 pub mod metrics;
 pub mod pki;
 pub mod proxy;

@@ -95,7 +95,8 @@ impl Source {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    // Writes the buffered access lines when main returns, whichever way.
+    let _log = init_tracing(cli.log_format).flush_on_drop();
     match cli.command {
         Command::Run(source) => match source.load() {
             Ok(config) => run(config),
@@ -129,13 +130,14 @@ fn fail(e: &dyn std::error::Error) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat) -> ironic_proxy::logging::Stderr {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let stderr = ironic_proxy::logging::Stderr::new();
     let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(stderr.clone())
         .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.finish().with(filter).init(),
@@ -146,6 +148,7 @@ fn init_tracing(format: LogFormat) {
             .with(filter)
             .init(),
     }
+    stderr
 }
 
 /// `RUST_LOG` as targets and levels (`info`, `warn,access=info`, `info,ironic_proxy=debug`);

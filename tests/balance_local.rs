@@ -227,7 +227,14 @@ fn two_sidecars_that_are_each_others_peers_never_loop() {
     );
 
     // Each request appears once in the access log of the proxy it was sent to, at most once in
-    // the other's, and never comes back.
+    // the other's, and never comes back. The access log is written in batches: a graceful exit
+    // writes every line, so stop both first.
+    for n in &nodes {
+        n.signal("TERM");
+    }
+    for n in &mut nodes {
+        assert!(n.wait_exit(Duration::from_secs(10)).is_some(), "exit");
+    }
     let logs: Vec<Vec<String>> = nodes.iter().map(|n| n.access_logs()).collect();
     let count = |log: &[String], path: &str| {
         log.iter()

@@ -172,18 +172,80 @@ impl Record {
     }
 }
 
-/// The request path for the log, bounded whatever the client sends.
-fn bounded_path(uri: &Uri) -> String {
-    let mut path = uri.path().to_owned();
-    if path.len() > 256 {
+/// The request path for the log, bounded whatever the client sends; written straight into the
+/// line, no copy.
+struct BoundedPath<'a>(Option<&'a Uri>);
+
+impl std::fmt::Display for BoundedPath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(uri) = self.0 else {
+            return f.write_str("-");
+        };
+        let path = uri.path();
+        if path.len() <= 256 {
+            return f.write_str(path);
+        }
         let mut end = 256;
         while !path.is_char_boundary(end) {
             end -= 1;
         }
-        path.truncate(end);
-        path.push('…');
+        f.write_str(&path[..end])?;
+        f.write_str("…")
     }
-    path
+}
+
+/// The client's address for the log (`unix` on a unix socket listener), written into the line.
+struct Client(Option<std::net::SocketAddr>);
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(peer) => std::fmt::Display::fmt(&peer, f),
+            None => f.write_str("unix"),
+        }
+    }
+}
+
+/// Room for an IP address as text (the longest IPv6 form is 45 bytes) on the stack.
+struct IpText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl IpText {
+    fn new() -> Self {
+        Self {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+impl std::fmt::Write for IpText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(std::fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// `ClientIdentity::display_name` (the first SAN, else the subject) without allocating: an IP
+/// SAN is written into `ip`, anything else is borrowed.
+fn identity_name<'a>(id: &'a ClientIdentity, ip: &'a mut IpText) -> &'a str {
+    if let Some(dns) = id.dns.first() {
+        return dns;
+    }
+    if let Some(addr) = id.ips.first() {
+        use std::fmt::Write as _;
+        if write!(ip, "{addr}").is_ok() {
+            return std::str::from_utf8(&ip.buf[..ip.len]).unwrap_or("-");
+        }
+    }
+    id.uris.first().unwrap_or(&id.subject)
 }
 
 impl OnEnd for Record {
@@ -211,17 +273,15 @@ impl OnEnd for Record {
         if !tracing::event_enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
-        let client = self
-            .peer
-            .map_or_else(|| "unix".to_owned(), |p| p.to_string());
-        let identity = self.identity.as_ref().map(|i| i.display_name());
+        let mut ip = IpText::new();
+        let identity = self.identity.as_deref().map(|i| identity_name(i, &mut ip));
         tracing::info!(
             target: "access",
             listener = %self.listener,
-            client = %client,
-            identity = identity.as_deref().unwrap_or("-"),
+            client = %Client(self.peer),
+            identity = identity.unwrap_or("-"),
             method = %self.request.as_ref().map_or("-", |(m, _)| m.as_str()),
-            path = %self.request.as_ref().map_or_else(|| "-".to_owned(), |(_, u)| bounded_path(u)),
+            path = %BoundedPath(self.request.as_ref().map(|(_, u)| u)),
             status = self.status,
             bytes,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
@@ -240,5 +300,62 @@ impl OnEnd for Record {
         if self.metrics.jsonrpc.is_some() && (200..300).contains(&self.status) {
             self.rpc_error = jsonrpc::is_error(data);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{identity_name, BoundedPath, Client, IpText};
+    use crate::tls::ClientIdentity;
+
+    #[test]
+    fn identity_name_is_display_name_without_allocating() {
+        let base = ClientIdentity {
+            subject: "CN=conductor".into(),
+            ..ClientIdentity::default()
+        };
+        let ids = [
+            base.clone(),
+            ClientIdentity {
+                uris: vec!["spiffe://x/y".into()],
+                ..base.clone()
+            },
+            ClientIdentity {
+                ips: vec!["ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
+                    .parse()
+                    .unwrap()],
+                uris: vec!["spiffe://x/y".into()],
+                ..base.clone()
+            },
+            ClientIdentity {
+                ips: vec!["127.0.0.2".parse().unwrap(), "::1".parse().unwrap()],
+                ..base.clone()
+            },
+            ClientIdentity {
+                dns: vec!["a.example".into()],
+                ips: vec!["127.0.0.2".parse().unwrap()],
+                ..base
+            },
+        ];
+        for id in &ids {
+            let mut ip = IpText::new();
+            assert_eq!(identity_name(id, &mut ip), id.display_name(), "{id:?}");
+        }
+    }
+
+    #[test]
+    fn path_and_client_print_as_before() {
+        let long = format!("/{}", "a".repeat(300));
+        let uri: http::Uri = long.parse().unwrap();
+        assert_eq!(
+            BoundedPath(Some(&uri)).to_string(),
+            format!("{}…", &long[..256])
+        );
+        let uri: http::Uri = "/v1/nodes?detail=true".parse().unwrap();
+        assert_eq!(BoundedPath(Some(&uri)).to_string(), "/v1/nodes");
+        assert_eq!(BoundedPath(None).to_string(), "-");
+        assert_eq!(Client(None).to_string(), "unix");
+        let peer = "[::1]:6385".parse().unwrap();
+        assert_eq!(Client(Some(peer)).to_string(), "[::1]:6385");
     }
 }

@@ -12,6 +12,7 @@
 """
 
 import collections
+import time
 import json
 import subprocess
 
@@ -65,6 +66,16 @@ def run(e2e):
             f"doctor {inst.ip}",
             f"{n} checks, {'all pass' if ok else 'FAILED: ' + '; '.join(failed[:4])}",
         )
+    metric = collections.Counter()
+    outcomes = collections.Counter()
+    for inst in e2e.instances:
+        for name, labels, v in h.scrape(inst.admin_url):
+            if name == "ironic_proxy_jsonrpc_calls_total" and labels.get("listener") == "json-rpc":
+                metric[labels["method"]] += v
+                outcomes[labels["outcome"]] += v
+    # The metrics first: a call is counted before its access line is logged, and access lines
+    # reach stderr in batches within 100 ms, so logs read after that hold every counted call.
+    time.sleep(0.5)
     seen = methods_from_logs(e2e)
     by_method = collections.Counter()
     by_caller = collections.defaultdict(collections.Counter)
@@ -81,13 +92,6 @@ def run(e2e):
             f"JSON-RPC calls made by conductor {caller}",
             ", ".join(f"{m} {n}" for m, n in calls.most_common()),
         )
-    metric = collections.Counter()
-    outcomes = collections.Counter()
-    for inst in e2e.instances:
-        for name, labels, v in h.scrape(inst.admin_url):
-            if name == "ironic_proxy_jsonrpc_calls_total" and labels.get("listener") == "json-rpc":
-                metric[labels["method"]] += v
-                outcomes[labels["outcome"]] += v
     s.figure(
         "ironic_proxy_jsonrpc_calls_total (live sidecars)",
         ", ".join(f"{m} {n:.0f}" for m, n in metric.most_common())
