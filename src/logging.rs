@@ -22,6 +22,8 @@
 use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// The buffer is written once it holds this many bytes: about 100 access lines (a JSON line is
@@ -220,6 +222,50 @@ impl<'a> MakeWriter<'a> for Stderr {
             state: self.0.lock(),
             buffered: meta.target() == ACCESS,
         }
+    }
+}
+
+/// `tracing_subscriber`'s default timestamp (`SystemTime`: RFC 3339 UTC with microseconds),
+/// handed to the formatter in one piece. The JSON formatter collects the timestamp in a new
+/// `String` for every event; written in one go it allocates once instead of growing three times.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timestamp;
+
+impl FormatTime for Timestamp {
+    fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
+        let system = tracing_subscriber::fmt::time::SystemTime;
+        let mut text = StackText::default();
+        if system.format_time(&mut Writer::new(&mut text)).is_ok() {
+            w.write_str(text.as_str())
+        } else {
+            // A year beyond the buffer (after 10^10): in pieces, as before.
+            system.format_time(w)
+        }
+    }
+}
+
+/// Room for a timestamp on the stack (`2026-11-30T14:20:00.000000Z` is 27 bytes).
+#[derive(Default)]
+struct StackText {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl StackText {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(std::fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }
 

@@ -138,6 +138,7 @@ fn init_tracing(format: LogFormat) -> ironic_proxy::logging::Stderr {
     let stderr = ironic_proxy::logging::Stderr::new();
     let builder = tracing_subscriber::fmt()
         .with_writer(stderr.clone())
+        .with_timer(ironic_proxy::logging::Timestamp)
         .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.finish().with(filter).init(),

@@ -1,7 +1,9 @@
-use super::{Flusher, Stderr, CAPACITY, INTERVAL};
+use super::{Flusher, Stderr, Timestamp, CAPACITY, INTERVAL};
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 
 /// What reached "stderr".
 #[derive(Clone, Default)]
@@ -142,4 +144,33 @@ fn text_lines_are_the_same_bytes_as_unbuffered() {
     sink.flush();
     assert_eq!(direct.lines(), out.lines());
     assert_eq!(out.lines().len(), 3);
+}
+
+#[test]
+fn the_timestamp_is_tracing_subscribers_in_one_write() {
+    /// Counts the writes it gets.
+    #[derive(Default)]
+    struct Writes(String, usize);
+    impl std::fmt::Write for Writes {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.1 += 1;
+            self.0.push_str(s);
+            Ok(())
+        }
+    }
+    let (mut ours, mut theirs) = (Writes::default(), Writes::default());
+    SystemTime
+        .format_time(&mut Writer::new(&mut theirs))
+        .unwrap();
+    Timestamp.format_time(&mut Writer::new(&mut ours)).unwrap();
+    assert_eq!(ours.1, 1, "one write");
+    assert!(theirs.1 > 1, "the default writes in pieces: {}", theirs.1);
+    // The same layout (the clock moved between the two calls: compare all but the seconds).
+    assert_eq!(ours.0.len(), theirs.0.len(), "{} / {}", ours.0, theirs.0);
+    assert_eq!(ours.0[..16], theirs.0[..16], "{} / {}", ours.0, theirs.0);
+    assert!(
+        ours.0.ends_with('Z') && ours.0.as_bytes()[10] == b'T',
+        "{}",
+        ours.0
+    );
 }
