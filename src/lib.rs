@@ -2,6 +2,8 @@
 //! OpenStack Ironic. The binary in `main.rs` is a thin shell over this library.
 //!
 //! Module map (each behaves like a small crate with its own error type):
+//! - [`error`], [`crypto`]: the bottom layer: error chains, the process-wide crypto provider and
+//!   `[tls]` policy.
 //! - [`config`]: TOML -> typed configuration, `${VAR}` interpolation, key-path errors.
 //! - [`pki`]: CA creation, leaf issuance and certificate inspection (pure functions + CLI).
 //! - [`identity`]: the live certificate, key and trust bundle; reload, rotation and export.
@@ -18,8 +20,10 @@ pub mod admin;
 pub mod auth;
 pub mod balance;
 pub mod config;
+pub mod crypto;
 pub mod discovery;
 pub mod doctor;
+pub mod error;
 pub mod identity;
 pub mod listen;
 pub mod metrics;

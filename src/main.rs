@@ -125,7 +125,7 @@ fn main() -> ExitCode {
 
 /// One line on stderr with the whole cause chain, exit 1.
 fn fail(e: &dyn std::error::Error) -> ExitCode {
-    eprintln!("ironic-proxy: {}", ironic_proxy::proxy::error_chain(e));
+    eprintln!("ironic-proxy: {}", ironic_proxy::error::chain(e));
     ExitCode::from(1)
 }
 

@@ -129,7 +129,7 @@ impl Server {
         let metrics = Metrics::new();
         contain_panics(&metrics);
         // Before any TLS configuration is built.
-        tls::policy::install(&config.tls);
+        crate::crypto::policy::install(&config.tls);
         let readiness = Arc::new(Readiness::default());
         let identity = match &config.identity {
             Some(cfg) => Some(identity::start(cfg, &metrics).await?),
@@ -256,7 +256,7 @@ impl Server {
         readiness.set_bound();
         // Logged once started: a start-up failure stays one line on stderr.
         tracing::info!(
-            fips = tls::fips(),
+            fips = crate::crypto::fips(),
             min_version = ?config.tls.min_version,
             "crypto: aws-lc-rs"
         );

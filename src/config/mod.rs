@@ -71,7 +71,7 @@ pub struct Config {
     pub limits: Limits,
     pub listeners: Vec<ListenerConfig>,
     /// `[tls]`: versions, suites and groups for every listener and for peers.
-    pub tls: crate::tls::policy::TlsPolicy,
+    pub tls: crate::crypto::policy::TlsPolicy,
 }
 
 #[derive(Clone, Debug)]
@@ -474,7 +474,7 @@ impl Config {
 
         let identity = raw.identity.and_then(|id| identity_from_raw(id, &mut f));
         let tls = raw.tls.map_or_else(Default::default, |v| {
-            crate::tls::policy::from_toml(v, &mut |p, e| f.push(p, e))
+            crate::crypto::policy::from_toml(v, &mut |p, e| f.push(p, e))
         });
 
         let mut listeners = Vec::new();

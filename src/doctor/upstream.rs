@@ -132,7 +132,7 @@ async fn resolve(
 
 fn lookup_error(e: &LookupError) -> String {
     match e {
-        LookupError::Failed(f) => format!("no answer from DNS: {}", crate::proxy::error_chain(f)),
+        LookupError::Failed(f) => format!("no answer from DNS: {}", crate::error::chain(f)),
         other => other.to_string(),
     }
 }

@@ -140,7 +140,7 @@ pub fn load_files(
     let chain = load_chain(cert).map_err(file("identity.cert"))?;
     let key_der = load_key(key).map_err(file("identity.key"))?;
     let (roots, trust_pem) = load_trust(&cfg.trust).map_err(file("identity.trust"))?;
-    let provider = crate::tls::provider();
+    let provider = crate::crypto::provider();
     let certified =
         CertifiedKey::from_der(chain.certs.clone(), key_der.key, &provider).map_err(|source| {
             IdentityError::KeyMismatch {

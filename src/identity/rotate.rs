@@ -62,7 +62,7 @@ pub fn issue(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<Material, Rotate
     }
     let roots = Arc::new(roots);
     verify(&roots, &chain, &req)?;
-    let provider = crate::tls::provider();
+    let provider = crate::crypto::provider();
     let certified =
         CertifiedKey::from_der(chain, leaf.key_der, &provider).map_err(RotateError::Tls)?;
     Ok(Material {
@@ -84,7 +84,7 @@ fn verify(
     chain: &[CertificateDer<'static>],
     req: &LeafRequest,
 ) -> Result<(), RotateError> {
-    let provider = Arc::new(crate::tls::provider());
+    let provider = Arc::new(crate::crypto::provider());
     let now = UnixTime::now();
     let client = rustls::server::WebPkiClientVerifier::builder_with_provider(
         roots.clone(),
@@ -225,7 +225,7 @@ impl Rotator {
                         if let Err(err) = export(e, &m) {
                             // Keep serving the new certificate: Ironic keeps the last exported
                             // pair, which stays valid until its own expiry.
-                            tracing::warn!(error = %crate::proxy::error_chain(&err), "export failed");
+                            tracing::warn!(error = %crate::error::chain(&err), "export failed");
                             self.metrics
                                 .reload_failures
                                 .get_or_create(&ReloadLabels { what: "export" })
@@ -240,7 +240,7 @@ impl Rotator {
                     backoff = Duration::from_secs(1);
                 }
                 Err(err) => {
-                    tracing::warn!(error = %crate::proxy::error_chain(&err), reason = why, retry_in = ?backoff,
+                    tracing::warn!(error = %crate::error::chain(&err), reason = why, retry_in = ?backoff,
                         "renewal failed; keeping the current certificate");
                     self.metrics.certificate_renewal_failures.inc();
                     due = tokio::time::Instant::now() + backoff;

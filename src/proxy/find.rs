@@ -155,7 +155,7 @@ impl Finder {
                 }
                 Ok(Err(e)) => {
                     member.health.record_passive_failure(Instant::now());
-                    Answer::Failed(format!("{}: {}", endpoint.name, super::error_chain(&e)))
+                    Answer::Failed(format!("{}: {}", endpoint.name, crate::error::chain(&e)))
                 }
                 Ok(Ok((resp, lease))) => {
                     let status = resp.status();

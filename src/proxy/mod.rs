@@ -369,7 +369,7 @@ impl Proxy {
                     self.count_peer_tls_failure(&e, &upstream.name);
                     let before_send = e.is_connect();
                     (
-                        ProxyError::BadGateway(format!("{}: {}", endpoint.name, error_chain(&e))),
+                        ProxyError::BadGateway(format!("{}: {}", endpoint.name, crate::error::chain(&e))),
                         before_send || replayable_method,
                     )
                 }
@@ -501,30 +501,6 @@ fn cut_error(cut: &CutSlot, max: u64) -> Option<ProxyError> {
         body::BodyCut::Timeout => ProxyError::BodyTimeout,
         body::BodyCut::Client => ProxyError::BadRequest("malformed or incomplete request body"),
     })
-}
-
-/// `a: b: c` from an error and its sources.
-/// Always one line: multi-line messages (TOML's caret diagrams) keep their first line only.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let first_line = |e: &dyn std::error::Error| {
-        let text = e.to_string();
-        text.lines()
-            .next()
-            .unwrap_or_default()
-            .trim_end()
-            .to_owned()
-    };
-    let mut s = first_line(e);
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let part = first_line(c);
-        if !part.is_empty() && !s.contains(&part) {
-            s.push_str(": ");
-            s.push_str(&part);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 /// An empty body, for responses that have none.

@@ -155,7 +155,7 @@ fn spawn_checker(
                     tracing::warn!(upstream = %m.upstream, reason, error = %t, "peer TLS failed; health check fails");
                 }
             } else if let Err(e) = &outcome {
-                tracing::debug!(error = %super::error_chain(e), "health check failed");
+                tracing::debug!(error = %crate::error::chain(e), "health check failed");
             }
             *last = tls.map(|(reason, _)| reason);
             outcome.unwrap_or(false)

@@ -9,11 +9,11 @@
 pub mod allow;
 mod client_id;
 pub mod peer;
-pub mod policy;
 
 pub use client_id::ClientIdentity;
 
 use crate::config::TlsMode;
+use crate::crypto::{policy, provider};
 use crate::identity::Material;
 use arc_swap::ArcSwap;
 use rustls::server::WebPkiClientVerifier;
@@ -26,24 +26,6 @@ pub enum TlsError {
     Verifier(#[source] rustls::server::VerifierBuilderError),
     #[error("TLS configuration: {0}")]
     Config(#[source] rustls::Error),
-}
-
-/// The process-wide crypto provider, restricted to the `[tls]` policy.
-pub fn provider() -> rustls::crypto::CryptoProvider {
-    let mut p = base_provider();
-    policy::current().apply(&mut p);
-    p
-}
-
-/// True when every algorithm in use comes from the FIPS-validated AWS-LC module (a build with
-/// the `fips` feature; see docs/operator-guide.md).
-pub fn fips() -> bool {
-    provider().fips()
-}
-
-/// aws-lc-rs with rustls' defaults, before the policy.
-pub(crate) fn base_provider() -> rustls::crypto::CryptoProvider {
-    rustls::crypto::aws_lc_rs::default_provider()
 }
 
 /// The listeners' provider: [`provider`] with TLS 1.3's `AES_128_GCM_SHA256` first (listeners
@@ -143,6 +125,6 @@ mod tests {
             p.cipher_suites[0].suite(),
             rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
         );
-        assert_eq!(p.cipher_suites.len(), super::provider().cipher_suites.len());
+        assert_eq!(p.cipher_suites.len(), crate::crypto::provider().cipher_suites.len());
     }
 }

@@ -31,9 +31,9 @@ impl PeerTls {
 
 /// Client configuration for peers from one identity generation (HTTP/1.1 only).
 pub fn client_config(material: &Material) -> Result<Arc<ClientConfig>, rustls::Error> {
-    let provider = Arc::new(super::provider());
+    let provider = Arc::new(crate::crypto::provider());
     let mut cfg = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(super::policy::current().versions())?
+        .with_protocol_versions(crate::crypto::policy::current().versions())?
         .with_root_certificates(material.roots.clone())
         .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
             material.certified_key.clone(),

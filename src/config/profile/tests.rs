@@ -24,7 +24,7 @@ fn pod() -> HashMap<String, String> {
 
 fn error(name: &str, e: &HashMap<String, String>) -> String {
     let err = load(name, e).expect_err("must fail");
-    crate::proxy::error_chain(&err)
+    crate::error::chain(&err)
 }
 
 #[test]
@@ -248,7 +248,7 @@ fn the_htpasswd_variable_protects_the_api_listener_and_never_json_rpc() {
 
 #[test]
 fn the_tls_variables_set_the_policy_and_bad_names_name_the_variable() {
-    use crate::tls::policy::MinVersion;
+    use crate::crypto::policy::MinVersion;
     let c = load("sidecar", &pod()).expect("defaults");
     assert_eq!(c.tls.min_version, MinVersion::Tls12);
     assert!(c.tls.cipher_suites.is_none() && c.tls.groups.is_none());
