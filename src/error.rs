@@ -28,4 +28,3 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
-

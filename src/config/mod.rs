@@ -14,6 +14,8 @@ mod routes;
 #[cfg(test)]
 mod tests;
 
+pub use crate::identity::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
+pub use crate::tls::TlsMode;
 pub use interp::{expand, Env, InterpError, ProcessEnv};
 pub use routes::{Find, PathPattern, RouteConfig};
 
@@ -75,41 +77,6 @@ pub struct Config {
 }
 
 #[derive(Clone, Debug)]
-pub struct IdentityConfig {
-    /// PEM bundle of trusted CAs.
-    pub trust: PathBuf,
-    pub source: IdentitySource,
-    pub export: Option<ExportConfig>,
-    /// How often files are checked for changes (Secret volumes, cert-manager rewrites).
-    pub watch_interval: Duration,
-}
-
-#[derive(Clone, Debug)]
-pub enum IdentitySource {
-    /// Static files, re-read on change and on SIGHUP.
-    Files { cert: PathBuf, key: PathBuf },
-    /// Self-issued from the operator CA.
-    Issuer(IssuerConfig),
-}
-
-#[derive(Clone, Debug)]
-pub struct IssuerConfig {
-    pub issuer_cert: PathBuf,
-    pub issuer_key: PathBuf,
-    pub dns_names: Vec<String>,
-    pub ip_addresses: Vec<IpAddr>,
-    pub validity: Duration,
-    pub renew_before: Duration,
-}
-
-#[derive(Clone, Debug)]
-pub struct ExportConfig {
-    pub dir: PathBuf,
-    pub mode: u32,
-    pub group: Option<u32>,
-}
-
-#[derive(Clone, Debug)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
 }
@@ -162,16 +129,6 @@ pub enum ListenAddr {
 pub enum UpstreamAddr {
     Unix(PathBuf),
     Tcp { host: String, port: u16 },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TlsMode {
-    None,
-    Server,
-    Mutual,
-    /// TLS for clients that start a handshake, plain HTTP (restricted to `plaintext` routes)
-    /// for the others; decided from the connection's first byte.
-    Optional,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

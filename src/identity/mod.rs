@@ -13,11 +13,12 @@
 pub mod expiry;
 pub mod export;
 mod load;
+mod options;
 pub mod rotate;
 
 pub use load::{load_chain, load_key, load_trust, LoadError};
+pub use options::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 
-use crate::config::{IdentityConfig, IdentitySource};
 use crate::metrics::{Metrics, ReloadLabels};
 use rustls::sign::CertifiedKey;
 use rustls::RootCertStore;

@@ -10,7 +10,7 @@
 
 use super::export::{write_atomic, ExportOptions};
 use super::{load_trust, record_expiry, LoadError, Material};
-use crate::config::{ExportConfig, IdentityConfig, IssuerConfig};
+use super::{ExportConfig, IdentityConfig, IssuerConfig};
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::pki::{issue_leaf, Issuer, LeafRequest, PkiError};
 use rustls::client::danger::ServerCertVerifier;

@@ -22,7 +22,7 @@
 //! then compares [`ConnClock::deadline`] with the time.
 
 use super::guard::Guard;
-use crate::proxy::body::Progress;
+use crate::proxy::response::Progress;
 use crate::proxy::{ConnInfo, Proxy};
 use http::StatusCode;
 use std::future::Future;

@@ -22,7 +22,7 @@ where
     http1::Connection<I, S>: Future,
     S: hyper::service::HttpService<
         hyper::body::Incoming,
-        ResBody = crate::proxy::body::ResponseBody,
+        ResBody = crate::proxy::response::ResponseBody,
     >,
     I: hyper::rt::Read + hyper::rt::Write + Unpin,
 {
@@ -36,7 +36,7 @@ where
     http2::Connection<I, S, E>: Future,
     S: hyper::service::HttpService<
         hyper::body::Incoming,
-        ResBody = crate::proxy::body::ResponseBody,
+        ResBody = crate::proxy::response::ResponseBody,
     >,
     I: hyper::rt::Read + hyper::rt::Write + Unpin,
     E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,

@@ -411,7 +411,7 @@ struct Service {
 }
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
-    type Response = http::Response<crate::proxy::body::ResponseBody>;
+    type Response = http::Response<crate::proxy::response::ResponseBody>;
     type Error = Infallible;
     // Boxed: hyper keeps a slot for the service's future in every connection, idle or not;
     // boxing makes that slot a pointer instead of the whole forwarding state machine (about
@@ -439,8 +439,9 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
 
 type ServiceFuture = Pin<
     Box<
-        dyn Future<Output = Result<http::Response<crate::proxy::body::ResponseBody>, Infallible>>
-            + Send,
+        dyn Future<
+                Output = Result<http::Response<crate::proxy::response::ResponseBody>, Infallible>,
+            > + Send,
     >,
 >;
 

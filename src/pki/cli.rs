@@ -16,7 +16,7 @@ use ipnet::IpNet;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
-use super::summary::rfc3339;
+use super::der::rfc3339;
 use super::{generate_ca, issue_leaf, summarize, CaSpec, Issuer, LeafRequest, PkiError};
 
 /// `ironic-proxy ca ...`

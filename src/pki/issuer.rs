@@ -7,10 +7,9 @@ use std::time::SystemTime;
 use rcgen::KeyPair;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use x509_parser::certificate::X509Certificate;
-use x509_parser::prelude::FromDer;
 
 use super::constraints::NameConstraints;
+use super::der::parse;
 use super::PkiError;
 
 const PEM_BEGIN: &str = "-----BEGIN CERTIFICATE-----";
@@ -66,8 +65,8 @@ impl Issuer {
         if key_usage.is_some_and(|ku| !ku.value.key_cert_sign()) {
             return Err(PkiError::CaCannotSign);
         }
-        let not_before = super::summary::system_time(cert.validity().not_before.timestamp());
-        let not_after = super::summary::system_time(cert.validity().not_after.timestamp());
+        let not_before = super::der::system_time(cert.validity().not_before.timestamp());
+        let not_after = super::der::system_time(cert.validity().not_after.timestamp());
         let constraints = NameConstraints::from_cert(&cert)?;
         let subject_raw = cert.subject().as_raw().to_vec();
 
@@ -148,19 +147,6 @@ impl fmt::Debug for Issuer {
             .field("not_before", &self.not_before)
             .field("not_after", &self.not_after)
             .finish_non_exhaustive()
-    }
-}
-
-/// Parses one DER certificate, mapping the parser's error into ours.
-pub(crate) fn parse(der: &[u8]) -> Result<X509Certificate<'_>, PkiError> {
-    match X509Certificate::from_der(der) {
-        Ok((_, cert)) => Ok(cert),
-        Err(x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e)) => {
-            Err(PkiError::BadCertificate { source: e })
-        }
-        Err(x509_parser::nom::Err::Incomplete(_)) => Err(PkiError::BadCertificate {
-            source: x509_parser::error::X509Error::InvalidCertificate,
-        }),
     }
 }
 

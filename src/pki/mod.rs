@@ -19,6 +19,7 @@
 mod ca;
 mod cli;
 mod constraints;
+mod der;
 mod issuer;
 mod leaf;
 mod summary;
@@ -98,9 +99,9 @@ pub enum PkiError {
     NotCa,
     #[error("CA certificate's keyUsage does not allow keyCertSign")]
     CaCannotSign,
-    #[error("CA certificate expired at {}", summary::rfc3339(*not_after))]
+    #[error("CA certificate expired at {}", der::rfc3339(*not_after))]
     CaExpired { not_after: std::time::SystemTime },
-    #[error("CA certificate is not valid before {}", summary::rfc3339(*not_before))]
+    #[error("CA certificate is not valid before {}", der::rfc3339(*not_before))]
     CaNotYetValid { not_before: std::time::SystemTime },
     #[error("CA certificate has {kind} name constraints, which this tool cannot honour")]
     UnsupportedConstraint { kind: &'static str },

@@ -1,6 +1,6 @@
 //! The one place where a failure becomes a status code and the proxy's own short JSON body.
 
-use super::body::ResponseBody;
+use super::response::ResponseBody;
 use http::{header, HeaderValue, Response, StatusCode};
 
 /// Who failed, recorded in the access log next to the status.

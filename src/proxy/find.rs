@@ -23,9 +23,10 @@
 //! - Loop safety: fan-out requests carry our `Via` like every forwarded request; a proxy that
 //!   receives one asks its `local` endpoint only (`find_members`).
 
-use super::body::{RequestBody, ResponseBody};
+use super::body::RequestBody;
 use super::headers;
 use super::pool::{Member, Pool};
+use super::response::ResponseBody;
 use super::upstream::Lease;
 use super::ProxyError;
 use crate::metrics::{FindLabels, Metrics};

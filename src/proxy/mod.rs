@@ -13,6 +13,7 @@ pub mod headers;
 pub mod jsonrpc;
 mod log;
 pub mod pool;
+pub mod response;
 pub mod route;
 pub mod upstream;
 
@@ -21,7 +22,7 @@ pub use error::{json_response, Blame, ProxyError};
 use crate::config::Limits;
 use crate::metrics::Metrics;
 use crate::tls::ClientIdentity;
-use body::{CutSlot, Limited, RequestBody, ResponseBody};
+use body::{CutSlot, Limited, RequestBody};
 use bytes::Bytes;
 use headers::Framing;
 use http::{header, HeaderValue, Request, Response, Version};
@@ -29,6 +30,7 @@ use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use pool::{Pool, Slot};
+use response::ResponseBody;
 use smallvec::SmallVec;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -176,7 +178,7 @@ impl Proxy {
             self.listener_metrics.clone(),
             e.status().as_u16(),
         );
-        body::OnEnd::on_end(&mut record, body.len() as u64, true);
+        response::OnEnd::on_end(&mut record, body.len() as u64, true);
         error::refused_head_response(e.status(), &body, date_line)
     }
 
@@ -369,7 +371,11 @@ impl Proxy {
                     self.count_peer_tls_failure(&e, &upstream.name);
                     let before_send = e.is_connect();
                     (
-                        ProxyError::BadGateway(format!("{}: {}", endpoint.name, crate::error::chain(&e))),
+                        ProxyError::BadGateway(format!(
+                            "{}: {}",
+                            endpoint.name,
+                            crate::error::chain(&e)
+                        )),
                         before_send || replayable_method,
                     )
                 }

@@ -12,13 +12,23 @@ pub mod peer;
 
 pub use client_id::ClientIdentity;
 
-use crate::config::TlsMode;
 use crate::crypto::{policy, provider};
 use crate::identity::Material;
 use arc_swap::ArcSwap;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use std::sync::Arc;
+
+/// How a listener speaks TLS (`tls` of a listener).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsMode {
+    None,
+    Server,
+    Mutual,
+    /// TLS for clients that start a handshake, plain HTTP (restricted to `plaintext` routes)
+    /// for the others; decided from the connection's first byte.
+    Optional,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -125,6 +135,9 @@ mod tests {
             p.cipher_suites[0].suite(),
             rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
         );
-        assert_eq!(p.cipher_suites.len(), crate::crypto::provider().cipher_suites.len());
+        assert_eq!(
+            p.cipher_suites.len(),
+            crate::crypto::provider().cipher_suites.len()
+        );
     }
 }
