@@ -18,6 +18,8 @@ use arc_swap::ArcSwap;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// How a listener speaks TLS (`tls` of a listener).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,39 +92,52 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// A listener's current server configuration, replaced on every identity change.
-pub struct ReloadableServer {
-    current: ArcSwap<ServerConfig>,
+/// A TLS configuration (a listener's server side, the peers' client side) rebuilt from every
+/// identity generation and swapped in: the next handshake uses it, established connections keep
+/// theirs. A generation that does not build keeps the previous configuration (logged).
+pub struct Reloadable<T> {
+    current: ArcSwap<T>,
 }
 
-impl ReloadableServer {
-    pub fn new(initial: Arc<ServerConfig>) -> Arc<Self> {
+/// A listener's server configuration.
+pub type ReloadableServer = Reloadable<ServerConfig>;
+/// The client configuration towards peers.
+pub type ReloadableClient = Reloadable<rustls::ClientConfig>;
+
+impl<T: Send + Sync + 'static> Reloadable<T> {
+    /// A configuration that does not change (tests, benches).
+    pub fn fixed(config: Arc<T>) -> Arc<Self> {
         Arc::new(Self {
-            current: ArcSwap::new(initial),
+            current: ArcSwap::new(config),
         })
     }
 
-    pub fn load(&self) -> Arc<ServerConfig> {
-        self.current.load_full()
-    }
-
-    /// Follows identity changes until the identity goes away.
-    pub async fn follow(
-        self: Arc<Self>,
-        mut rx: tokio::sync::watch::Receiver<Arc<Material>>,
-        mode: TlsMode,
-        http2: bool,
-        listener: String,
-    ) {
-        while rx.changed().await.is_ok() {
-            let material = rx.borrow_and_update().clone();
-            match server_config(&material, mode, http2) {
-                Ok(cfg) => self.current.store(cfg),
-                Err(e) => {
-                    tracing::warn!(%listener, error = %e, "keeping the previous TLS configuration")
+    /// Builds the configuration from the identity's current generation, then follows its
+    /// changes until the identity goes away; the returned task is the follower.
+    pub fn follow<E: std::fmt::Display>(
+        mut rx: watch::Receiver<Arc<Material>>,
+        what: String,
+        build: impl Fn(&Material) -> Result<Arc<T>, E> + Send + 'static,
+    ) -> Result<(Arc<Self>, JoinHandle<()>), E> {
+        let first = build(&rx.borrow_and_update())?;
+        let this = Self::fixed(first);
+        let target = this.clone();
+        let task = tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let material = rx.borrow_and_update().clone();
+                match build(&material) {
+                    Ok(cfg) => target.current.store(cfg),
+                    Err(e) => {
+                        tracing::warn!(%what, error = %e, "keeping the previous TLS configuration")
+                    }
                 }
             }
-        }
+        });
+        Ok((this, task))
+    }
+
+    pub fn load(&self) -> Arc<T> {
+        self.current.load_full()
     }
 }
 

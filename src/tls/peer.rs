@@ -2,7 +2,6 @@
 //! certificate. The client configuration follows identity changes.
 
 use crate::identity::Material;
-use arc_swap::ArcSwap;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use std::sync::Arc;
@@ -11,12 +10,12 @@ use tokio::net::TcpStream;
 /// A reloadable client TLS configuration plus the name to verify.
 #[derive(Clone)]
 pub struct PeerTls {
-    config: Arc<ArcSwap<ClientConfig>>,
+    config: Arc<super::ReloadableClient>,
     name: ServerName<'static>,
 }
 
 impl PeerTls {
-    pub fn new(config: Arc<ArcSwap<ClientConfig>>, name: ServerName<'static>) -> Self {
+    pub fn new(config: Arc<super::ReloadableClient>, name: ServerName<'static>) -> Self {
         Self { config, name }
     }
 
@@ -24,7 +23,7 @@ impl PeerTls {
         &self,
         tcp: TcpStream,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-        let connector = tokio_rustls::TlsConnector::from(self.config.load_full());
+        let connector = tokio_rustls::TlsConnector::from(self.config.load());
         connector.connect(self.name.clone(), tcp).await
     }
 }

@@ -73,7 +73,11 @@ fn the_sidecar_takes_irso_paths_ports_and_every_pod_ip() {
         Some("unix:/shared/ironic.sock")
     );
     assert_eq!(
-        api.upstream.dns.as_deref(),
+        api.upstream
+            .dns
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
         Some("ironic.metal3.svc.cluster.local:6385")
     );
     assert!(api.upstream.fallback.is_empty());
@@ -88,7 +92,12 @@ fn the_openshift_sidecar_serves_the_api_on_6388_unless_told_otherwise() {
     let c = load("sidecar-openshift", &pod()).expect("sidecar-openshift");
     assert_eq!(c.listeners[1].listen.to_string(), "[::]:6388");
     assert_eq!(
-        c.listeners[1].upstream.dns.as_deref(),
+        c.listeners[1]
+            .upstream
+            .dns
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
         Some("ironic.metal3.svc.cluster.local:6388")
     );
     let mut e = pod();
@@ -155,7 +164,12 @@ fn mounted_certificates_and_no_peers_are_switches() {
     );
     let c = load("sidecar", &e).expect("srv peers");
     assert_eq!(
-        c.listeners[1].upstream.dns.as_deref(),
+        c.listeners[1]
+            .upstream
+            .dns
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
         Some("srv:_api._tcp.ironic.metal3.svc")
     );
     e.insert("IRONIC_PROXY_IDENTITY".into(), "cert-manager".into());
