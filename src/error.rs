@@ -28,3 +28,75 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+    use std::path::PathBuf;
+
+    fn io() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")
+    }
+
+    /// The crate's convention: a message never repeats its cause, which comes from `source()`
+    /// only; so `chain` prints each cause once without relying on its de-duplication.
+    #[test]
+    fn messages_do_not_repeat_their_cause() {
+        let load = || crate::identity::LoadError::Read {
+            path: PathBuf::from("/certs/tls.crt"),
+            source: io(),
+        };
+        let samples: Vec<Box<dyn Error>> = vec![
+            Box::new(load()),
+            Box::new(crate::identity::IdentityError::File {
+                key: "identity.cert",
+                source: load(),
+            }),
+            Box::new(crate::identity::rotate::RotateError::Export {
+                dir: PathBuf::from("/export"),
+                source: io(),
+            }),
+            Box::new(crate::listen::ListenError::Bind {
+                name: "api".into(),
+                addr: "127.0.0.1:1".into(),
+                source: io(),
+            }),
+            Box::new(crate::proxy::upstream::SendError::Connect(io())),
+            Box::new(crate::server::ServerError::Admin {
+                addr: "127.0.0.1:1".parse().unwrap(),
+                source: io(),
+            }),
+            Box::new(crate::config::ConfigError::Read {
+                path: PathBuf::from("/etc/ironic-proxy.toml"),
+                source: io(),
+            }),
+            Box::new(crate::proxy::ProxyError::BadGateway {
+                endpoint: "local".into(),
+                cause: crate::proxy::Gateway::Send(crate::proxy::upstream::SendError::Connect(
+                    io(),
+                )),
+            }),
+        ];
+        for e in samples {
+            let cause = e.source().expect("a sample with a cause").to_string();
+            assert!(!e.to_string().contains(&cause), "{e} repeats {cause}");
+            let chain = super::chain(e.as_ref());
+            assert_eq!(chain.matches("no such file").count(), 1, "{chain}");
+        }
+    }
+
+    #[test]
+    fn the_chain_is_one_line_of_every_cause() {
+        let e = crate::identity::IdentityError::File {
+            key: "identity.cert",
+            source: crate::identity::LoadError::Read {
+                path: PathBuf::from("/certs/tls.crt"),
+                source: io(),
+            },
+        };
+        assert_eq!(
+            super::chain(&e),
+            "identity.cert: cannot load: cannot read /certs/tls.crt: no such file"
+        );
+    }
+}

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 /// One bad field: its key path and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: {source}")]
+#[error("{path}")]
 pub struct FieldError {
     pub path: String,
     #[source]
@@ -40,23 +40,22 @@ pub struct FieldError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    /// Syntax error; `message` is toml's on one line (its own Display draws a snippet).
+    /// Syntax error; `message` is toml's on one line (its own Display draws a multi-line
+    /// snippet, so it is not kept as the source).
     #[error("invalid TOML at line {line}, column {column}: {message}")]
     Toml {
         line: usize,
         column: usize,
         message: String,
-        #[source]
-        source: Box<toml::de::Error>,
     },
     /// Every field error found; displayed on one line, the first one first.
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    #[error("{}", .0.iter().map(|e| crate::error::chain(e)).collect::<Vec<_>>().join("; "))]
     Fields(Vec<FieldError>),
 }
 
@@ -189,7 +188,6 @@ impl Config {
                     line: before.matches('\n').count() + 1,
                     column: before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1,
                     message: one_line(source.message()),
-                    source: Box::new(source),
                 }
             })?;
         Self::from_tree(tree, env)

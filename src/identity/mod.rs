@@ -62,13 +62,13 @@ pub enum IdentityError {
     #[error(transparent)]
     Load(#[from] LoadError),
     /// A file named by a config key could not be loaded; the key leads the message.
-    #[error("{key}: {source}")]
+    #[error("{key}: cannot load")]
     File {
         key: &'static str,
         #[source]
         source: LoadError,
     },
-    #[error("identity.cert {cert} does not match identity.key {key}: {source}")]
+    #[error("identity.cert {cert} does not match identity.key {key}")]
     KeyMismatch {
         cert: PathBuf,
         key: PathBuf,
@@ -208,7 +208,7 @@ impl FileWatcher {
                     self.tx.send_replace(Arc::new(m));
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "identity reload failed; keeping the current certificate");
+                    tracing::warn!(error = %crate::error::chain(&e), "identity reload failed; keeping the current certificate");
                     self.metrics.reload_failures.get_or_create(&labels).inc();
                 }
             }

@@ -22,17 +22,21 @@ use tokio::sync::{watch, Notify};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RotateError {
-    #[error("identity.issuer_cert/issuer_key: {0}")]
+    #[error("identity.issuer_cert/issuer_key: unusable issuer")]
     Issuer(#[source] PkiError),
-    #[error("identity.dns_names/ip_addresses: {0}")]
+    #[error("identity.dns_names/ip_addresses: cannot issue the certificate")]
     Issue(#[source] PkiError),
     #[error(transparent)]
     Trust(#[from] LoadError),
-    #[error("identity: the issued certificate does not verify against identity.trust: {0}")]
+    #[error("identity: the issued certificate does not verify against identity.trust")]
     Verify(#[source] rustls::Error),
-    #[error("identity: {0}")]
+    #[error("identity: cannot build a verifier from identity.trust")]
+    Verifier(#[source] rustls::client::VerifierBuilderError),
+    #[error("identity: the first SAN is not a name a client can verify")]
+    Name(#[source] rustls_pki_types::InvalidDnsNameError),
+    #[error("identity: the issued certificate and key do not form a TLS identity")]
     Tls(#[source] rustls::Error),
-    #[error("identity.export_dir {dir}: {source}")]
+    #[error("identity.export_dir {dir}: cannot export")]
     Export {
         dir: std::path::PathBuf,
         #[source]
@@ -91,22 +95,21 @@ fn verify(
         provider.clone(),
     )
     .build()
-    .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    .map_err(RotateError::Verifier)?;
     client
         .verify_client_cert(&chain[0], &chain[1..], now)
         .map_err(RotateError::Verify)?;
     let server =
         rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider)
             .build()
-            .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+            .map_err(RotateError::Verifier)?;
     let name = req
         .dns_names
         .first()
         .cloned()
         .or_else(|| req.ip_addresses.first().map(ToString::to_string))
         .unwrap_or_default();
-    let name = ServerName::try_from(name)
-        .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    let name = ServerName::try_from(name).map_err(RotateError::Name)?;
     server
         .verify_server_cert(&chain[0], &chain[1..], &name, &[], now)
         .map_err(RotateError::Verify)?;

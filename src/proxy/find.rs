@@ -214,11 +214,14 @@ impl Finder {
                 return Err(ProxyError::NotFound);
             }
             self.outcomes.failed.inc();
-            return Err(ProxyError::BadGateway(format!(
-                "find: no endpoint has it, {} failed, {unavailable} unavailable (not asked): {}",
-                failures.len(),
-                failures.join("; ")
-            )));
+            return Err(ProxyError::BadGateway {
+                endpoint: "find".into(),
+                cause: super::Gateway::Find {
+                    failed: failures.len(),
+                    unavailable,
+                    detail: failures.join("; "),
+                },
+            });
         };
         let mut chosen = None;
         for (i, a) in answers.into_iter().enumerate() {

@@ -63,6 +63,8 @@ pub struct Pool {
     has_dns: bool,
     picker: Picker,
     pub retries: u32,
+    /// `ironic_proxy_upstream_retries_total` of this upstream, resolved once.
+    pub retried: prometheus_client::metrics::counter::Counter,
 }
 
 /// How to build the pool's endpoints.
@@ -194,6 +196,13 @@ impl Pool {
             has_dns,
             picker: Picker::new(opts.balance),
             retries: opts.retries,
+            retried: opts
+                .metrics
+                .upstream_retries
+                .get_or_create(&crate::metrics::UpstreamLabels {
+                    upstream: opts.name.clone(),
+                })
+                .clone(),
         });
         if let Some(rx) = opts.dns {
             tokio::spawn(follow(

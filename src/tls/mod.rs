@@ -34,9 +34,9 @@ pub enum TlsMode {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot build the client certificate verifier: {0}")]
+    #[error("cannot build the client certificate verifier")]
     Verifier(#[source] rustls::server::VerifierBuilderError),
-    #[error("TLS configuration: {0}")]
+    #[error("invalid TLS configuration")]
     Config(#[source] rustls::Error),
 }
 
@@ -114,7 +114,7 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
 
     /// Builds the configuration from the identity's current generation, then follows its
     /// changes until the identity goes away; the returned task is the follower.
-    pub fn follow<E: std::fmt::Display>(
+    pub fn follow<E: std::error::Error>(
         mut rx: watch::Receiver<Arc<Material>>,
         what: String,
         build: impl Fn(&Material) -> Result<Arc<T>, E> + Send + 'static,
@@ -128,7 +128,7 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
                 match build(&material) {
                     Ok(cfg) => target.current.store(cfg),
                     Err(e) => {
-                        tracing::warn!(%what, error = %e, "keeping the previous TLS configuration")
+                        tracing::warn!(%what, error = %crate::error::chain(&e), "keeping the previous TLS configuration")
                     }
                 }
             }
