@@ -72,9 +72,9 @@ mod tests {
             }),
             Box::new(crate::proxy::ProxyError::BadGateway {
                 endpoint: "local".into(),
-                cause: crate::proxy::Gateway::Send(crate::proxy::upstream::SendError::Connect(
-                    io(),
-                )),
+                cause: crate::proxy::Gateway::Send(
+                    crate::proxy::upstream::SendError::Connect(io()),
+                ),
             }),
         ];
         for e in samples {

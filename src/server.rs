@@ -60,7 +60,7 @@ impl admin::Check for PoolCheck {
 struct Tasks(Vec<tokio::task::AbortHandle>);
 
 impl Tasks {
-    fn add(&mut self, task: tokio::task::JoinHandle<()>) {
+    fn add(&mut self, task: &tokio::task::JoinHandle<()>) {
         self.0.push(task.abort_handle());
     }
 }
@@ -98,7 +98,7 @@ impl PoolContext<'_> {
                             upstream: path.to_owned(),
                             source,
                         })?;
-                tasks.add(task);
+                tasks.add(&task);
                 Some(rx)
             }
         };
@@ -116,7 +116,7 @@ impl PoolContext<'_> {
                     tls::peer::client_config,
                 )
                 .map_err(|e| ServerError::Tls(TlsError::Config(e)))?;
-                tasks.add(task);
+                tasks.add(&task);
                 Some(reloadable)
             }
         };
@@ -250,7 +250,7 @@ impl Server {
                         ReloadableServer::follow(id.subscribe(), lc.name.clone(), move |m| {
                             tls::server_config(m, mode, http2)
                         })?;
-                    tasks.add(task);
+                    tasks.add(&task);
                     Some(reloadable)
                 }
             };
@@ -274,7 +274,7 @@ impl Server {
                         source,
                     })?;
                 let addr = l.local_addr().ok();
-                tasks.add(tokio::spawn(admin::serve(
+                tasks.add(&tokio::spawn(admin::serve(
                     l,
                     metrics.clone(),
                     readiness.clone(),

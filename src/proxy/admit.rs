@@ -21,7 +21,7 @@ pub(super) fn check<B>(
     }
     // hyper's `max_buf_size` is only checked between reads, so a head up to about twice
     // `header_bytes` can arrive whole in one read and pass; this makes the limit exact.
-    if head_size(&req) > limits.header_bytes {
+    if head_size(req) > limits.header_bytes {
         return Err(ProxyError::HeadTooLarge(limits.header_bytes));
     }
     // We are a reverse proxy: no tunnels, and only origin-form (or absolute-form) targets.
