@@ -5,7 +5,8 @@
 //! - [`error`], [`crypto`]: the bottom layer: error chains, the process-wide crypto provider and
 //!   `[tls]` policy.
 //! - [`config`]: TOML -> typed configuration, `${VAR}` interpolation, key-path errors.
-//! - [`pki`]: CA creation, leaf issuance and certificate inspection (pure functions + CLI).
+//! - [`pki`]: CA creation, leaf issuance and certificate inspection (pure functions).
+//! - [`cli`]: the `ca` and `cert` commands, which write what `pki` mints to files.
 //! - [`identity`]: the live certificate, key and trust bundle; reload, rotation and export.
 //! - [`tls`]: rustls configurations, client identity and `allow` authorisation.
 //! - [`listen`]: accept loops, connection limits and timeouts, graceful drain.
@@ -19,6 +20,7 @@
 pub mod admin;
 pub mod auth;
 pub mod balance;
+pub mod cli;
 pub mod config;
 pub mod crypto;
 pub mod discovery;

@@ -2,8 +2,8 @@
 //! start the server, wait for signals, drain.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ironic_proxy::cli;
 use ironic_proxy::config::{profile, Config, ProcessEnv};
-use ironic_proxy::pki;
 use ironic_proxy::server::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,10 +58,10 @@ enum Command {
     },
     /// Operator CA: `ca init`.
     #[command(subcommand)]
-    Ca(pki::CaCommand),
+    Ca(cli::pki::CaCommand),
     /// Leaf certificates: `cert issue`, `cert show`.
     #[command(subcommand)]
-    Cert(pki::CertCommand),
+    Cert(cli::pki::CertCommand),
 }
 
 /// Where the configuration comes from: a file, a built-in profile, or (`run` only) neither.
@@ -118,8 +118,10 @@ fn main() -> ExitCode {
                 Err(e) => fail(e.as_ref()),
             }
         }
-        Command::Ca(cmd) => pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
-        Command::Cert(cmd) => pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
+        Command::Ca(cmd) => cli::pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
+        Command::Cert(cmd) => {
+            cli::pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Certificate authority creation, leaf issuance and certificate inspection.
 //!
-//! This module owns every certificate the product mints and everything the `ca` and `cert`
-//! commands do. Issuance is a pure function of a loaded [`Issuer`] and a [`LeafRequest`]: it
+//! This module owns every certificate the product mints; the `ca` and `cert` commands that
+//! write them to files are [`crate::cli::pki`]. Issuance is a pure function of a loaded [`Issuer`] and a [`LeafRequest`]: it
 //! touches no file, so the identity module can call it in memory on every renewal and the key of a
 //! pod's leaf never exists anywhere but in the process (and in `export_dir`, when asked).
 //!
@@ -14,10 +14,10 @@
 //! - Every leaf is ECDSA P-256 with a fresh key, `serverAuth` + `clientAuth`, `digitalSignature`,
 //!   `CA:FALSE`, a random positive serial, and `notBefore` backdated by a minute for clock skew.
 //!
-//! Keys are written by the CLI with mode 0600 from the moment the file exists (see [`run_ca`]).
+//! Keys are written by the CLI with mode 0600 from the moment the file exists (see
+//! [`crate::cli::pki::run_ca`]).
 
 mod ca;
-mod cli;
 mod constraints;
 mod der;
 mod issuer;
@@ -31,7 +31,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use ca::{generate_ca, CaSpec, GeneratedCa};
-pub use cli::{run_ca, run_cert, CaCommand, CaInitArgs, CertCommand, CertIssueArgs, CertShowArgs};
+pub(crate) use der::rfc3339;
 pub use issuer::Issuer;
 pub use leaf::{issue_leaf, IssuedLeaf, LeafRequest};
 pub use summary::{summarize, CertSummary};
