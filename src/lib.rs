@@ -17,6 +17,8 @@
 //! - [`auth`]: HTTP Basic authentication per listener (htpasswd, public paths).
 //! - [`metrics`]: the Prometheus registry and every metric family.
 
+#![warn(clippy::unwrap_used)]
+
 pub mod admin;
 pub mod auth;
 pub mod balance;

@@ -1,6 +1,8 @@
 //! The `ironic-proxy` binary: parse the command line, start tracing, load the configuration,
 //! start the server, wait for signals, drain.
 
+#![warn(clippy::unwrap_used)]
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ironic_proxy::cli;
 use ironic_proxy::config::{profile, Config, ProcessEnv};

@@ -190,9 +190,8 @@ pub(crate) async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     let round_trip = start.elapsed();
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
-    let head_len = match resp.parse(&buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        _ => return Err("no complete HTTP answer".to_owned()),
+    let Ok(httparse::Status::Complete(head_len)) = resp.parse(&buf) else {
+        return Err("no complete HTTP answer".to_owned());
     };
     let date = resp
         .headers

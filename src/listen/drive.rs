@@ -19,7 +19,7 @@ pub(super) trait Graceful: Future {
 
 impl<I, S> Graceful for http1::Connection<I, S>
 where
-    http1::Connection<I, S>: Future,
+    Self: Future,
     S: hyper::service::HttpService<
         hyper::body::Incoming,
         ResBody = crate::proxy::response::ResponseBody,
@@ -33,7 +33,7 @@ where
 
 impl<I, S, E> Graceful for http2::Connection<I, S, E>
 where
-    http2::Connection<I, S, E>: Future,
+    Self: Future,
     S: hyper::service::HttpService<
         hyper::body::Incoming,
         ResBody = crate::proxy::response::ResponseBody,

@@ -35,7 +35,7 @@ impl Issuer {
     /// Errors: no certificate or key found, the key does not match the certificate, the
     /// certificate is not a CA or may not sign certificates, the CA is expired or not yet valid,
     /// or it carries name constraints we cannot honour.
-    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Issuer, PkiError> {
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, PkiError> {
         let cert_der = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
             .next()
             .ok_or(PkiError::NoCertificate)?
@@ -72,7 +72,7 @@ impl Issuer {
 
         let signer = rcgen::Issuer::from_ca_cert_der(&cert_der, key)
             .map_err(|source| PkiError::Sign { source })?;
-        let issuer = Issuer {
+        let issuer = Self {
             cert_pem: first_pem_block(cert_pem),
             cert_der: cert_der.into_owned(),
             signer,
@@ -86,7 +86,7 @@ impl Issuer {
     }
 
     /// Reads and loads a CA from files; errors name both files.
-    pub fn from_files(cert_path: &Path, key_path: &Path) -> Result<Issuer, PkiError> {
+    pub fn from_files(cert_path: &Path, key_path: &Path) -> Result<Self, PkiError> {
         let read = |path: &Path| {
             std::fs::read_to_string(path).map_err(|source| PkiError::Read {
                 path: path.to_owned(),
@@ -94,7 +94,7 @@ impl Issuer {
             })
         };
         let (cert_pem, key_pem) = (read(cert_path)?, read(key_path)?);
-        Issuer::from_pem(&cert_pem, &key_pem).map_err(|source| PkiError::LoadCa {
+        Self::from_pem(&cert_pem, &key_pem).map_err(|source| PkiError::LoadCa {
             cert: cert_path.to_owned(),
             key: key_path.to_owned(),
             source: Box::new(source),

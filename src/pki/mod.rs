@@ -67,13 +67,13 @@ pub enum PkiError {
         cert: PathBuf,
         key: PathBuf,
         #[source]
-        source: Box<PkiError>,
+        source: Box<Self>,
     },
     #[error("{}", path.display())]
     InFile {
         path: PathBuf,
         #[source]
-        source: Box<PkiError>,
+        source: Box<Self>,
     },
     #[error("no PEM CERTIFICATE block found")]
     NoCertificate,
