@@ -26,6 +26,9 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::fmt::MakeWriter;
 
+mod json;
+pub use json::AccessJson;
+
 /// The buffer is written once it holds this many bytes: about 100 access lines (a JSON line is
 /// about 300 bytes), and a single write that a 64 KiB pipe takes whole.
 pub const CAPACITY: usize = 32 * 1024;

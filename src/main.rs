@@ -149,6 +149,7 @@ fn init_tracing(format: LogFormat) -> ironic_proxy::logging::Stderr {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
+            .event_format(ironic_proxy::logging::AccessJson::new())
             .finish()
             .with(filter)
             .init(),

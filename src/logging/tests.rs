@@ -1,4 +1,4 @@
-use super::{Flusher, Stderr, Timestamp, CAPACITY, INTERVAL};
+use super::{AccessJson, Flusher, Stderr, Timestamp, CAPACITY, INTERVAL};
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -173,4 +173,62 @@ fn the_timestamp_is_tracing_subscribers_in_one_write() {
         "{}",
         ours.0
     );
+}
+
+/// The same events through `tracing_subscriber`'s JSON format and through [`AccessJson`]; the
+/// timestamps (taken at different instants) are cut off before comparing.
+#[test]
+fn access_json_lines_are_the_standard_json_bytes() {
+    fn lines(subscriber: impl tracing::Subscriber + Send + Sync, out: &Captured) -> Vec<String> {
+        tracing::subscriber::with_default(subscriber, || {
+            let odd = "quote \" backslash \\ newline \n tab \t nul \u{0} del \u{7f} é 東 🦀";
+            let peer: std::net::SocketAddr = "[::1]:6385".parse().unwrap();
+            for duration_ms in [0.0, 0.1, 1e-7, 123_456.789, f64::NAN, 2.5e21] {
+                tracing::info!(
+                    target: "access",
+                    listener = %"api",
+                    client = %peer,
+                    identity = odd,
+                    method = %"GET",
+                    path = %format_args!("/v1/{odd}"),
+                    status = 200_u16,
+                    bytes = u64::MAX,
+                    signed = -5_i64,
+                    duration_ms,
+                    upstream = "unix:/run/ironic.sock",
+                    complete = false,
+                );
+            }
+            tracing::warn!(error = %"boom \"x\"", "not an access line");
+            let span = tracing::info_span!("health", endpoint = "e1");
+            let _entered = span.enter();
+            tracing::info!(target: "access", path = "/in/a/span", status = 200_u16);
+        });
+        out.lines()
+            .into_iter()
+            .map(|l| {
+                let end = l.find("Z\",").expect("a timestamp");
+                l[end..].to_owned()
+            })
+            .collect()
+    }
+    let standard_out = Captured::default();
+    let o = standard_out.clone();
+    let standard = tracing_subscriber::fmt()
+        .with_writer(move || o.clone())
+        .json()
+        .flatten_event(true)
+        .finish();
+    let ours_out = Captured::default();
+    let o = ours_out.clone();
+    let ours = tracing_subscriber::fmt()
+        .with_writer(move || o.clone())
+        .json()
+        .flatten_event(true)
+        .event_format(AccessJson::new())
+        .finish();
+    let expected = lines(standard, &standard_out);
+    assert_eq!(expected.len(), 8, "{expected:#?}");
+    assert!(expected[7].contains("\"spans\""), "{}", expected[7]);
+    assert_eq!(lines(ours, &ours_out), expected);
 }
