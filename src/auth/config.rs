@@ -31,11 +31,11 @@ struct RawAuth {
 struct Msg(String);
 
 /// The realm when none is configured: what ironic-image's httpd sends.
-pub const DEFAULT_REALM: &str = "Restricted area";
+pub(crate) const DEFAULT_REALM: &str = "Restricted area";
 
 /// Converts the table at `path` (`listeners[0].auth`); each bad field goes to `error` with its
 /// key path. `public` defaults to ironic-image's set.
-pub fn from_toml(
+pub(crate) fn from_toml(
     v: toml::Value,
     path: &str,
     error: &mut dyn FnMut(String, FieldSource),

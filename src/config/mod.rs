@@ -15,6 +15,7 @@ mod render;
 mod routes;
 #[cfg(test)]
 mod tests;
+mod upstream;
 
 pub use crate::identity::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 pub use crate::tls::TlsMode;

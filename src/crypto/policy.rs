@@ -135,7 +135,7 @@ struct RawTls {
 }
 
 /// Converts the `[tls]` table; each bad field goes to `error` with its key path.
-pub fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> TlsPolicy {
+pub(crate) fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> TlsPolicy {
     let raw: RawTls = match serde_path_to_error::deserialize(v) {
         Ok(r) => r,
         Err(e) => {
@@ -254,12 +254,12 @@ pub fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> 
 static INSTALLED: OnceLock<TlsPolicy> = OnceLock::new();
 
 /// Fixes the process's policy; the first call wins (a process runs one configuration).
-pub fn install(p: &TlsPolicy) {
+pub(crate) fn install(p: &TlsPolicy) {
     let _ = INSTALLED.set(p.clone());
 }
 
 /// The process's policy (the default until [`install`]).
-pub fn current() -> &'static TlsPolicy {
+pub(crate) fn current() -> &'static TlsPolicy {
     static DEFAULT: OnceLock<TlsPolicy> = OnceLock::new();
     INSTALLED
         .get()
