@@ -26,9 +26,7 @@ struct RawAuth {
     forward_authorization: Option<bool>,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Msg(String);
+use crate::error::Message as Msg;
 
 /// The realm when none is configured: what ironic-image's httpd sends.
 pub(crate) const DEFAULT_REALM: &str = "Restricted area";
@@ -40,23 +38,10 @@ pub(crate) fn from_toml(
     path: &str,
     error: &mut dyn FnMut(String, FieldSource),
 ) -> Option<AuthConfig> {
-    let raw: RawAuth = match serde_path_to_error::deserialize(v) {
+    let raw: RawAuth = match crate::error::toml_table(v, path) {
         Ok(r) => r,
-        Err(e) => {
-            let inner = e.path().to_string();
-            let at = if inner == "." {
-                path.to_owned()
-            } else {
-                format!("{path}.{inner}")
-            };
-            let message = e
-                .into_inner()
-                .message()
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned();
-            error(at, Box::new(Msg(message)));
+        Err((at, message)) => {
+            error(at, Box::new(message));
             return None;
         }
     };

@@ -20,9 +20,7 @@ use std::sync::OnceLock;
 
 type FieldSource = Box<dyn std::error::Error + Send + Sync>;
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Msg(String);
+use crate::error::Message as Msg;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MinVersion {
@@ -136,23 +134,10 @@ struct RawTls {
 
 /// Converts the `[tls]` table; each bad field goes to `error` with its key path.
 pub(crate) fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> TlsPolicy {
-    let raw: RawTls = match serde_path_to_error::deserialize(v) {
+    let raw: RawTls = match crate::error::toml_table(v, "tls") {
         Ok(r) => r,
-        Err(e) => {
-            let inner = e.path().to_string();
-            let at = if inner == "." {
-                "tls".to_owned()
-            } else {
-                format!("tls.{inner}")
-            };
-            let message = e
-                .into_inner()
-                .message()
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned();
-            error(at, Box::new(Msg(message)));
+        Err((at, message)) => {
+            error(at, Box::new(message));
             return TlsPolicy::default();
         }
     };
