@@ -135,7 +135,7 @@ mod tests {
         };
         assert_eq!(
             super::chain(&e),
-            "identity.cert: cannot load: cannot read /certs/tls.crt: no such file"
+            "identity.cert: cannot read /certs/tls.crt: no such file"
         );
     }
 }

@@ -41,7 +41,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// The htpasswd file of `listeners[index]` is unusable at start-up.
-    #[error("listeners[{index}].auth.htpasswd: cannot load")]
+    #[error("listeners[{index}].auth.htpasswd")]
     Htpasswd {
         index: usize,
         #[source]
