@@ -31,10 +31,10 @@ pub use json::AccessJson;
 
 /// The buffer is written once it holds this many bytes: about 100 access lines (a JSON line is
 /// about 300 bytes), and a single write that a 64 KiB pipe takes whole.
-pub const CAPACITY: usize = 32 * 1024;
+pub(crate) const CAPACITY: usize = 32 * 1024;
 
 /// The longest an access line waits in the buffer.
-pub const INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const INTERVAL: Duration = Duration::from_millis(100);
 
 /// The target of the access log lines (`proxy::log`).
 const ACCESS: &str = "access";

@@ -6,7 +6,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ironic_proxy::cli;
 use ironic_proxy::config::{profile, Config, ProcessEnv};
-use ironic_proxy::server::Server;
+use ironic_proxy::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -134,22 +134,22 @@ fn fail(e: &dyn std::error::Error) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn init_tracing(format: LogFormat) -> ironic_proxy::logging::Stderr {
+fn init_tracing(format: LogFormat) -> ironic_proxy::LogWriter {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let stderr = ironic_proxy::logging::Stderr::new();
+    let stderr = ironic_proxy::LogWriter::new();
     let builder = tracing_subscriber::fmt()
         .with_writer(stderr.clone())
-        .with_timer(ironic_proxy::logging::Timestamp)
+        .with_timer(ironic_proxy::LogTimestamp)
         .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.finish().with(filter).init(),
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
-            .event_format(ironic_proxy::logging::AccessJson::new())
+            .event_format(ironic_proxy::AccessJson::new())
             .finish()
             .with(filter)
             .init(),
@@ -184,12 +184,12 @@ fn check(source: &Source) -> ExitCode {
         Err(e) => return fail(&e),
     };
     if let Some(id) = &config.identity {
-        if let Err(e) = rt.block_on(ironic_proxy::identity::check(id)) {
+        if let Err(e) = rt.block_on(ironic_proxy::check_identity(id)) {
             return fail(&e);
         }
     }
     for (index, l) in config.listeners.iter().enumerate() {
-        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::auth::check(index, a)) {
+        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::check_auth(index, a)) {
             return fail(&e);
         }
     }
@@ -206,7 +206,7 @@ fn doctor(config: &Config, json: bool) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
-    let report = rt.block_on(ironic_proxy::doctor::run(config));
+    let report = rt.block_on(ironic_proxy::doctor(config));
     print!("{}", if json { report.json() } else { report.text() });
     if report.passed() {
         ExitCode::SUCCESS
@@ -216,13 +216,13 @@ fn doctor(config: &Config, json: bool) -> ExitCode {
 }
 
 fn run(config: Config) -> ExitCode {
-    let rt = match ironic_proxy::server::runtime() {
+    let rt = match ironic_proxy::runtime() {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
     rt.block_on(async move {
         // Before start: /readyz turns 200 inside it, and a signal must not find no handler.
-        let signals = ironic_proxy::signal::Signals::install();
+        let signals = ironic_proxy::Signals::install();
         let server = match Server::start(config).await {
             Ok(s) => s,
             Err(e) => return fail(&e),
