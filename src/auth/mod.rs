@@ -4,10 +4,11 @@
 //! Owns three guarantees:
 //! - Nothing reaches the upstream unauthenticated unless its path is public by the strict rule
 //!   of [`public`] (literal, canonical, case-sensitive).
-//! - bcrypt never runs on the event loop: verifications run on the blocking pool, at most
-//!   [`Limiter::permits`] at once for the whole process, with at most [`Limiter::queue`] more
-//!   waiting; past that a request is answered 503 without verifying, so a flood of wrong
-//!   passwords costs a bounded share of CPU and other connections keep their latency.
+//! - bcrypt never runs on the event loop: verifications run on threads of their own at the
+//!   lowest CPU priority (see [`verifier`]), at most [`Limiter::permits`] at once for the whole
+//!   process, with at most [`Limiter::queue`] more waiting; past that a request is answered 503
+//!   without verifying, so a flood of wrong passwords costs a bounded share of CPU and other
+//!   connections keep their latency.
 //! - A credential verified once is remembered (see [`cache`]) until the file changes, so a
 //!   keep-alive client pays bcrypt once, not per request.
 //!
@@ -22,6 +23,7 @@ pub mod htpasswd;
 pub mod public;
 #[cfg(test)]
 mod tests;
+pub mod verifier;
 
 pub use config::{from_toml, AuthConfig, DEFAULT_REALM};
 pub use htpasswd::{HtpasswdError, Users};
@@ -288,15 +290,13 @@ impl Gate {
                 None => return Outcome::UnknownUser,
             },
         };
-        let Some(permit) = Limiter::global().acquire().await else {
+        let limiter = Limiter::global();
+        let Some(permit) = limiter.acquire().await else {
             return Outcome::QueueFull;
         };
-        let verified = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            bcrypt::verify(&password, &hash).unwrap_or(false)
-        })
-        .await
-        .unwrap_or(false);
+        let verified = verifier::Pool::global(limiter.permits())
+            .verify(password, hash, permit)
+            .await;
         match (known, verified) {
             (true, true) => {
                 self.cache.insert(generation.number, tag);

@@ -151,3 +151,23 @@ async fn limiter_bounds_the_queue() {
     drop(held);
     assert!(waiting.remove(0).await);
 }
+
+#[tokio::test]
+async fn the_verification_threads_answer_and_release_the_slot() {
+    let hash = bcrypt::hash_with_result("right", 4)
+        .unwrap()
+        .format_for_version(bcrypt::Version::TwoY);
+    let pool = verifier::Pool::global(1);
+    // No queue: each acquire below succeeds only if the previous verification gave its slot back.
+    let l = Limiter::new(1, 0);
+    for (password, hash, expected) in [
+        (&b"right"[..], hash.as_str(), true),
+        (b"wrong", hash.as_str(), false),
+        (b"right", "$2y$04$not-a-bcrypt-hash", false),
+    ] {
+        let slot = l.acquire().await.expect("the slot was given back");
+        assert!(l.acquire().await.is_none());
+        let ok = pool.verify(password.to_vec(), hash.to_owned(), slot).await;
+        assert_eq!(ok, expected, "{password:?} against {hash}");
+    }
+}
