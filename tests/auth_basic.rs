@@ -30,13 +30,18 @@ fn basic(user: &str, password: &str) -> String {
 
 /// Starts a proxy whose last listener gets `auth` (the body of `[listeners.auth]`).
 fn start(builder: &support::ProxyBuilder, auth: &str) -> Proxy {
+    start_env(builder, auth, &[])
+}
+
+/// [`start`] with `env` added to the proxy's environment.
+fn start_env(builder: &support::ProxyBuilder, auth: &str, env: &[(&str, &str)]) -> Proxy {
     support::proxy::start_ready(Duration::from_secs(10), || {
         let (config, admin, ports) = builder.write_config();
         let mut text = std::fs::read_to_string(&config).unwrap();
         text.push_str("\n[listeners.auth]\n");
         text.push_str(auth);
         std::fs::write(&config, text).unwrap();
-        Proxy::spawn(&config, admin, ports, false, None)
+        Proxy::spawn_env(&config, admin, ports, false, None, env)
     })
 }
 
@@ -538,21 +543,41 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
     v[i]
 }
 
-/// A flood of 2,000 wrong passwords from 200 connections costs a bounded share of the CPU:
-/// an authenticated client on its own connection keeps its latency. The figures are printed
-/// (`--no-capture`). The bound is 2x the idle p99 or 20 ms above it, whichever is larger: on a
-/// shared 2-core machine the flood's one core of bcrypt and its 200 client threads (in this
-/// process) are load that no proxy design removes (measured: idle p99 0.7 ms, 6 to 8.5 ms
-/// during the flood). What the bound catches is bcrypt on the event loop: 200 queued
-/// verifications of about 2.5 ms on 2 workers put a request a quarter of a second behind.
+/// A flood of 2,000 wrong passwords from 200 connections costs a bounded share of the CPU: an
+/// authenticated client on its own connection keeps its latency, within 2x of its idle p99. Run
+/// twice: with one worker thread (a sidecar with a 1-CPU limit; nothing else could serve the
+/// client while a worker is busy) and with one per CPU (the default). The figures are printed
+/// (`--no-capture`).
+///
+/// The flood comes from a process of its own at nice 19 (tests/support/flood.py, one thread):
+/// the load generator is not the system under test, and 200 client threads in this process
+/// would compete with the measuring client for the 2 CPUs of a small machine. It is sent in 5
+/// waves of 400 (2 back to back on each of the 200 connections); each wave is 12 times what
+/// the verification queue holds, so during a wave the proxy is as saturated as under a longer
+/// flood. Idle windows alternate with the waves, so that what else the machine is doing weighs
+/// on the idle and the flood samples alike. What the bound catches: bcrypt on the event loop
+/// (measured with it inlined there: p99 0.4 to 5.7 s against 7 ms idle, one worker).
 #[test]
 fn a_wrong_password_flood_does_not_stall_an_authenticated_client() {
+    for workers in ["1", ""] {
+        let env: &[(&str, &str)] = if workers.is_empty() {
+            &[]
+        } else {
+            &[("IRONIC_PROXY_WORKER_THREADS", workers)]
+        };
+        flood_against_one_client(env);
+    }
+}
+
+fn flood_against_one_client(env: &[(&str, &str)]) {
+    const FLOOD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/flood.py");
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     std::fs::write(sb.path("htpasswd"), entry("admin", "s3cret")).unwrap();
-    let proxy = start(
+    let proxy = start_env(
         &sb.proxy().listener("plain", Tls::None, &up.address()),
         &auth_table(&sb.path("htpasswd"), ""),
+        env,
     );
     let addr = proxy.addr("plain");
     let right = basic("admin", "s3cret");
@@ -561,66 +586,138 @@ fn a_wrong_password_flood_does_not_stall_an_authenticated_client() {
         (0..n)
             .map(|_| {
                 let t = Instant::now();
-                let r = me
-                    .request("GET", "/v1/nodes", &[("Authorization", &right)], b"")
-                    .unwrap();
+                let r = me.request("GET", "/v1/nodes", &[("Authorization", &right)], b"");
+                let r = r.unwrap_or_else(|e| panic!("the authenticated client stalled: {e}"));
                 assert_eq!(r.status, 200);
                 t.elapsed()
             })
             .collect::<Vec<_>>()
     };
     sample(50, &mut me); // warm: bcrypt once, then cached
-    let idle = sample(400, &mut me);
-    let idle_p99 = percentile(idle, 0.99);
 
-    let wrong = basic("admin", "wrong");
-    let flood = support::Workers::start(
-        200,
-        10,
-        Duration::from_secs(60),
-        Duration::ZERO,
-        move |_| {
-            let wrong = wrong.clone();
-            let mut c: Option<HttpConn<std::net::TcpStream>> = None;
-            move |_| {
-                let conn = c.get_or_insert_with(|| HttpConn::tcp(addr).unwrap());
-                match conn.request("GET", "/v1/nodes", &[("Authorization", &wrong)], b"") {
-                    Ok(r) => r.status,
-                    Err(_) => {
-                        c = None;
-                        0
-                    }
+    // Killed (by its PID) if the test fails half-way.
+    struct Flood(std::process::Child);
+    impl Drop for Flood {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut flood = Flood(
+        Command::new("nice")
+            .args(["-n", "19", "python3", FLOOD])
+            .args([&addr.ip().to_string(), &addr.port().to_string()])
+            .args([&basic("admin", "wrong"), "200"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut orders = flood.0.stdin.take().unwrap();
+    let lines = {
+        let out = std::io::BufReader::new(flood.0.stdout.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(out) {
+                if tx.send(line.unwrap()).is_err() {
+                    break;
                 }
             }
-        },
+        });
+        rx
+    };
+    let ready = lines.recv_timeout(Duration::from_secs(30));
+    assert_eq!(
+        ready.as_deref(),
+        Ok("ready"),
+        "the flood process did not start"
     );
-    let mut during = Vec::new();
+
+    let (mut idle, mut during, mut statuses, mut reconnects) =
+        (Vec::new(), Vec::new(), Vec::new(), 0);
     let started = Instant::now();
-    while flood.outcomes().len() < 2000 && started.elapsed() < Duration::from_secs(60) {
-        during.extend(sample(20, &mut me));
+    for _ in 0..5 {
+        idle.extend(sample(200, &mut me));
+        std::io::Write::write_all(&mut orders, b"2\n").unwrap();
+        let counts = loop {
+            during.extend(sample(5, &mut me));
+            if let Ok(line) = lines.try_recv() {
+                break line;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "flood too slow"
+            );
+        };
+        // {"401": 31, "503": 369, "reconnects": 0}
+        for pair in counts.trim_matches(['{', '}']).split(',') {
+            let (key, n) = pair.split_once(':').unwrap();
+            let n: usize = n.trim().parse().unwrap();
+            match key.trim().trim_matches('"') {
+                "reconnects" => reconnects += n,
+                status => statuses.extend(std::iter::repeat_n(status.parse::<u16>().unwrap(), n)),
+            }
+        }
     }
+    idle.extend(sample(200, &mut me));
     let flood_time = started.elapsed();
-    let outcomes = flood.wait();
-    let during_p99 = percentile(during.clone(), 0.99);
-    let n401 = outcomes.iter().filter(|s| **s == 401).count();
-    let n503 = outcomes.iter().filter(|s| **s == 503).count();
+    drop(orders);
+    let _ = flood.0.wait();
+    let n = |s: u16| statuses.iter().filter(|x| **x == s).count();
+    let (n401, n503) = (n(401), n(503));
+    let (idle_p99, during_p99) = (
+        percentile(idle.clone(), 0.99),
+        percentile(during.clone(), 0.99),
+    );
     println!(
-        "flood: {} requests in {flood_time:?} (401: {n401}, 503 queue full: {n503}, other: {}); \
-         authenticated client: idle p99 {idle_p99:?}, during flood p99 {during_p99:?} over {} requests",
-        outcomes.len(),
-        outcomes.len() - n401 - n503,
+        "{env:?}: flood of {} requests in 5 waves, {flood_time:?} with the idle windows (401: \
+         {n401}, 503 queue full: {n503}, other: {}, reconnected: {reconnects}); authenticated \
+         client: idle p99 \
+         {idle_p99:?} over {} requests, during the flood p99 {during_p99:?} over {} requests",
+        statuses.len(),
+        statuses.len() - n401 - n503,
+        idle.len(),
         during.len()
     );
-    assert_eq!(outcomes.len(), 2000);
-    assert_eq!(n401 + n503, 2000, "{outcomes:?}");
-    let bound = (idle_p99 * 2).max(idle_p99 + Duration::from_millis(20));
+    assert_eq!(statuses.len(), 2000);
+    assert_eq!(n401 + n503, 2000, "{statuses:?}");
+    assert!(n401 > 0, "no wrong password was verified");
+    assert!(during.len() >= 100, "too few samples during the flood");
     assert!(
-        during_p99 <= bound,
-        "p99 {during_p99:?} > bound {bound:?} (idle {idle_p99:?})"
+        during_p99 <= idle_p99 * 2,
+        "p99 {during_p99:?} > 2 x idle p99 {idle_p99:?}"
+    );
+    // The verifications ran on the proxy's bcrypt threads, at the lowest priority.
+    let nice = bcrypt_threads_nice(proxy.pid());
+    assert!(
+        !nice.is_empty() && nice.iter().all(|n| *n == 19),
+        "{nice:?}"
     );
     // Only the authenticated client's requests reached the upstream.
     let got = up.requests();
     assert!(got
         .iter()
         .all(|r| r.header("authorization") == Some(right.as_str())));
+}
+
+/// The nice value of each `bcrypt-N` thread of process `pid`, from /proc (as `ps -L` shows it).
+fn bcrypt_threads_nice(pid: u32) -> Vec<i64> {
+    let mut nice = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.starts_with("bcrypt-") {
+            // Fields after the command's closing parenthesis start at field 3 (state); the
+            // nice value is field 19 (proc(5)).
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .unwrap()
+                .1
+                .split_whitespace()
+                .collect();
+            nice.push(fields[19 - 3].parse().unwrap());
+        }
+    }
+    nice
 }

@@ -257,6 +257,18 @@ impl Proxy {
         json: bool,
         name: Option<&str>,
     ) -> Self {
+        Self::spawn_env(config, admin, ports, json, name, &[])
+    }
+
+    /// [`Proxy::spawn`] with `env` added to its environment.
+    pub fn spawn_env(
+        config: &Path,
+        admin: u16,
+        ports: HashMap<String, u16>,
+        json: bool,
+        name: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut cmd = Command::new(BIN);
         if json {
             cmd.args(["--log-format", "json"]);
@@ -268,7 +280,8 @@ impl Proxy {
             .env_remove("IRONIC_PROXY_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            .envs(env.iter().copied());
         let mut child = cmd.spawn().expect("spawn ironic-proxy");
         let stderr = child.stderr.take().expect("stderr");
         let logs = Arc::new(Mutex::new(Vec::new()));
