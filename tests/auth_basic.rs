@@ -555,8 +555,11 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
 /// waves of 400 (2 back to back on each of the 200 connections); each wave is 12 times what
 /// the verification queue holds, so during a wave the proxy is as saturated as under a longer
 /// flood. Idle windows alternate with the waves, so that what else the machine is doing weighs
-/// on the idle and the flood samples alike. What the bound catches: bcrypt on the event loop
-/// (measured with it inlined there: p99 0.4 to 5.7 s against 7 ms idle, one worker).
+/// on the idle and the flood samples alike. What the bound catches, measured on a 2-core machine
+/// shared with other builds (load average 5 to 11): bcrypt on the event loop (one worker: p99
+/// 2.5 to 3.1 s during the flood against 3.4 to 7.7 ms idle), and bcrypt on tokio's blocking
+/// pool at normal priority, as before (failed 6 runs of 6, at 2.0 to 5.1x in one runtime shape
+/// or the other). On the nice-19 threads: 0.6 to 1.6x in 18 measurements.
 #[test]
 fn a_wrong_password_flood_does_not_stall_an_authenticated_client() {
     for workers in ["1", ""] {
@@ -682,11 +685,11 @@ fn flood_against_one_client(env: &[(&str, &str)]) {
     assert_eq!(statuses.len(), 2000);
     assert_eq!(n401 + n503, 2000, "{statuses:?}");
     assert!(n401 > 0, "no wrong password was verified");
-    assert!(during.len() >= 100, "too few samples during the flood");
     assert!(
         during_p99 <= idle_p99 * 2,
         "p99 {during_p99:?} > 2 x idle p99 {idle_p99:?}"
     );
+    assert!(during.len() >= 100, "too few samples during the flood");
     // The verifications ran on the proxy's bcrypt threads, at the lowest priority.
     let nice = bcrypt_threads_nice(proxy.pid());
     assert!(
