@@ -647,8 +647,11 @@ fn flood_against_one_client(env: &[(&str, &str)]) {
             if let Ok(line) = lines.try_recv() {
                 break line;
             }
+            // Generous: at nice 19 the verifications get only what the proxy, this client and
+            // the rest of a busy machine leave (one run passed 120 s at a load average of 6, when
+            // the debug build's bcrypt was still unoptimised).
             assert!(
-                started.elapsed() < Duration::from_secs(120),
+                started.elapsed() < Duration::from_secs(300),
                 "flood too slow"
             );
         };
