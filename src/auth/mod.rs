@@ -10,7 +10,8 @@
 //!   without verifying, so a flood of wrong passwords costs a bounded share of CPU and other
 //!   connections keep their latency.
 //! - A credential verified once is remembered (see [`cache`]) until the file changes, so a
-//!   keep-alive client pays bcrypt once, not per request.
+//!   keep-alive client pays bcrypt once, not per request; requests with the same credentials
+//!   arriving while it is verified wait for that one verification (see [`inflight`]).
 //!
 //! The htpasswd file is re-read when its bytes change (polled like the certificates) and on
 //! SIGHUP; a file that does not parse keeps the last good one, logs a warning and counts in
@@ -20,6 +21,7 @@
 pub mod cache;
 mod config;
 pub mod htpasswd;
+pub mod inflight;
 pub mod public;
 #[cfg(test)]
 mod tests;
@@ -172,6 +174,7 @@ pub struct Gate {
     challenge: HeaderValue,
     users: ArcSwap<Generation>,
     cache: cache::Cache,
+    inflight: inflight::InFlight,
     counters: Vec<Counter>,
 }
 
@@ -229,6 +232,7 @@ impl Gate {
             challenge,
             users: ArcSwap::from_pointee(Generation { number: 0, users }),
             cache: cache::Cache::new().map_err(|_| AuthError::Random)?,
+            inflight: inflight::InFlight::default(),
             counters,
         })
     }
@@ -290,6 +294,18 @@ impl Gate {
                 None => return Outcome::UnknownUser,
             },
         };
+        // The same credentials already being verified: wait for that answer.
+        let leader = match self.inflight.join(generation.number, tag) {
+            inflight::Turn::Lead(leader) => leader,
+            inflight::Turn::Follow(answer) => {
+                return match (known, inflight::answer(answer).await) {
+                    (_, None) => Outcome::QueueFull,
+                    (true, Some(true)) => Outcome::OkCached,
+                    (true, Some(false)) => Outcome::WrongPassword,
+                    (false, Some(_)) => Outcome::UnknownUser,
+                };
+            }
+        };
         let limiter = Limiter::global();
         let Some(permit) = limiter.acquire().await else {
             return Outcome::QueueFull;
@@ -297,11 +313,12 @@ impl Gate {
         let verified = verifier::Pool::global(limiter.permits())
             .verify(password, hash, permit)
             .await;
+        if known && verified {
+            self.cache.insert(generation.number, tag);
+        }
+        leader.finish(verified);
         match (known, verified) {
-            (true, true) => {
-                self.cache.insert(generation.number, tag);
-                Outcome::Ok
-            }
+            (true, true) => Outcome::Ok,
             (true, false) => Outcome::WrongPassword,
             (false, _) => Outcome::UnknownUser,
         }
