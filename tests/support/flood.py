@@ -1,17 +1,20 @@
-"""A wrong-password flood from a process of its own (tests/auth_flood.rs).
+"""A wrong-password flood from a process of its own (tests/auth_basic.rs, the flood test).
 
-Usage: flood.py HOST PORT AUTHORIZATION CONNECTIONS
+Usage: flood.py HOST PORT USER PREFIX CONNECTIONS
 
-Opens CONNECTIONS keep-alive connections and prints "ready", then reads commands from stdin, one per line: a number
-N sends N requests back to back on every connection (`GET /v1/nodes` with the given
-Authorization header), and when every answer is in prints one JSON line {"status": count, ...,
-"reconnects": n} (status "0": the connection failed, it is reopened for the next request; a
-connection found closed before a request got any answer is reopened and the request sent again
-once, counted in "reconnects"). End of input ends it.
-One thread and non-blocking sockets, so the flood costs little CPU next to what it measures: the
-load generator is not the system under test.
+Opens CONNECTIONS keep-alive connections and prints "ready", then reads commands from stdin, one
+per line: a number N sends N requests back to back on every connection (`GET /v1/nodes` with
+Basic credentials of USER and a password never sent before, PREFIX and a counter: a guessing
+attack, so that no request can share another's verification), and when every answer is in
+prints one JSON line {"status": count, ..., "reconnects": n} (status "0": the connection
+failed, it is reopened for the next request; a connection found closed before a request got
+any answer is reopened and the request sent again once, counted in "reconnects"). End of input
+ends it. One thread and non-blocking sockets, so the flood costs little CPU next to what it
+measures: the load generator is not the system under test.
 """
 
+import base64
+import itertools
 import json
 import selectors
 import socket
@@ -19,9 +22,15 @@ import sys
 
 
 def main():
-    host, port, auth, conns = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    request = (f"GET /v1/nodes HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\n\r\n"
-               .encode())
+    host, port, user, prefix = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    conns = int(sys.argv[5])
+    guesses = itertools.count()
+
+    def request():
+        token = base64.b64encode(f"{user}:{prefix}{next(guesses)}".encode()).decode()
+        return (f"GET /v1/nodes HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {token}\r\n"
+                "\r\n").encode()
+
     sel = selectors.DefaultSelector()
 
     class Conn:
@@ -48,7 +57,7 @@ def main():
             if self.sock is None:
                 self.open()
             self.sock.setblocking(True)
-            self.sock.sendall(request)
+            self.sock.sendall(request())
             self.sock.setblocking(False)
 
         def response(self):
