@@ -1,10 +1,12 @@
 //! The `ironic-proxy` binary: parse the command line, start tracing, load the configuration,
 //! start the server, wait for signals, drain.
 
+#![warn(clippy::unwrap_used)]
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ironic_proxy::cli;
 use ironic_proxy::config::{profile, Config, ProcessEnv};
-use ironic_proxy::pki;
-use ironic_proxy::server::Server;
+use ironic_proxy::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,10 +60,10 @@ enum Command {
     },
     /// Operator CA: `ca init`.
     #[command(subcommand)]
-    Ca(pki::CaCommand),
+    Ca(cli::pki::CaCommand),
     /// Leaf certificates: `cert issue`, `cert show`.
     #[command(subcommand)]
-    Cert(pki::CertCommand),
+    Cert(cli::pki::CertCommand),
 }
 
 /// Where the configuration comes from: a file, a built-in profile, or (`run` only) neither.
@@ -118,14 +120,16 @@ fn main() -> ExitCode {
                 Err(e) => fail(e.as_ref()),
             }
         }
-        Command::Ca(cmd) => pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
-        Command::Cert(cmd) => pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
+        Command::Ca(cmd) => cli::pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
+        Command::Cert(cmd) => {
+            cli::pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS)
+        }
     }
 }
 
 /// One line on stderr with the whole cause chain, exit 1.
 fn fail(e: &dyn std::error::Error) -> ExitCode {
-    eprintln!("ironic-proxy: {}", ironic_proxy::proxy::error_chain(e));
+    eprintln!("ironic-proxy: {}", ironic_proxy::error::chain(e));
     ExitCode::from(1)
 }
 
@@ -175,12 +179,12 @@ fn check(source: &Source) -> ExitCode {
         Err(e) => return fail(&e),
     };
     if let Some(id) = &config.identity {
-        if let Err(e) = rt.block_on(ironic_proxy::identity::check(id)) {
+        if let Err(e) = rt.block_on(ironic_proxy::check_identity(id)) {
             return fail(&e);
         }
     }
     for (index, l) in config.listeners.iter().enumerate() {
-        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::auth::check(index, a)) {
+        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::check_auth(index, a)) {
             return fail(&e);
         }
     }
@@ -197,7 +201,7 @@ fn doctor(config: &Config, json: bool) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
-    let report = rt.block_on(ironic_proxy::doctor::run(config));
+    let report = rt.block_on(ironic_proxy::doctor(config));
     print!("{}", if json { report.json() } else { report.text() });
     if report.passed() {
         ExitCode::SUCCESS
@@ -207,13 +211,13 @@ fn doctor(config: &Config, json: bool) -> ExitCode {
 }
 
 fn run(config: Config) -> ExitCode {
-    let rt = match ironic_proxy::server::runtime() {
+    let rt = match ironic_proxy::runtime() {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
     rt.block_on(async move {
         // Before start: /readyz turns 200 inside it, and a signal must not find no handler.
-        let signals = ironic_proxy::signal::Signals::install();
+        let signals = ironic_proxy::Signals::install();
         let server = match Server::start(config).await {
             Ok(s) => s,
             Err(e) => return fail(&e),

@@ -2,7 +2,7 @@
 //! every upstream has a healthy endpoint, not draining) and `/metrics` (Prometheus text).
 
 use crate::metrics::Metrics;
-use crate::proxy::{body::ResponseBody, json_response};
+use crate::proxy::{json_response, response::ResponseBody};
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -62,7 +62,7 @@ impl Readiness {
 }
 
 /// `/readyz` fails when the served certificate is outside its validity window.
-pub struct IdentityCheck(pub crate::identity::Identity);
+pub(crate) struct IdentityCheck(pub crate::identity::Identity);
 
 impl Check for IdentityCheck {
     fn check(&self) -> Result<(), String> {
@@ -76,7 +76,7 @@ impl Check for IdentityCheck {
 }
 
 /// Serves the admin endpoints until the process ends.
-pub async fn serve(listener: TcpListener, metrics: Metrics, readiness: Arc<Readiness>) {
+pub(crate) async fn serve(listener: TcpListener, metrics: Metrics, readiness: Arc<Readiness>) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(x) => x,

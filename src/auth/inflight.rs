@@ -22,12 +22,12 @@ use tokio::sync::watch;
 type Key = (u64, Tag);
 
 #[derive(Default)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     waiting: Mutex<HashMap<Key, watch::Receiver<Option<bool>>>>,
 }
 
 /// What a request does about a credential.
-pub enum Turn<'a> {
+pub(crate) enum Turn<'a> {
     /// Verify it, then [`Leader::finish`].
     Lead(Leader<'a>),
     /// Wait for the leader's answer with [`answer`].
@@ -35,7 +35,7 @@ pub enum Turn<'a> {
 }
 
 impl InFlight {
-    pub fn join(&self, generation: u64, tag: Tag) -> Turn<'_> {
+    pub(crate) fn join(&self, generation: u64, tag: Tag) -> Turn<'_> {
         let key = (generation, tag);
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(rx) = waiting.get(&key) {
@@ -52,13 +52,13 @@ impl InFlight {
 
     /// No verification in flight (tests).
     #[cfg(test)]
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.waiting.lock().map_or(true, |w| w.is_empty())
     }
 }
 
 /// The request that verifies; its entry goes when it does, answered or not.
-pub struct Leader<'a> {
+pub(crate) struct Leader<'a> {
     owner: &'a InFlight,
     key: Key,
     tx: watch::Sender<Option<bool>>,
@@ -66,7 +66,7 @@ pub struct Leader<'a> {
 
 impl Leader<'_> {
     /// Gives every follower the verification's result.
-    pub fn finish(self, verified: bool) {
+    pub(crate) fn finish(self, verified: bool) {
         self.tx.send_replace(Some(verified));
     }
 }
@@ -79,6 +79,6 @@ impl Drop for Leader<'_> {
 }
 
 /// The leader's result; `None` if it ended without one.
-pub async fn answer(mut rx: watch::Receiver<Option<bool>>) -> Option<bool> {
+pub(crate) async fn answer(mut rx: watch::Receiver<Option<bool>>) -> Option<bool> {
     rx.wait_for(Option::is_some).await.ok().and_then(|v| *v)
 }

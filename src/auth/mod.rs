@@ -5,8 +5,8 @@
 //! - Nothing reaches the upstream unauthenticated unless its path is public by the strict rule
 //!   of [`public`] (literal, canonical, case-sensitive).
 //! - bcrypt never runs on the event loop: verifications run on threads of their own at the
-//!   lowest CPU priority (see [`verifier`]), at most [`Limiter::permits`] at once for the whole
-//!   process, with at most [`Limiter::queue`] more waiting; past that a request is answered 503
+//!   lowest CPU priority (see [`verifier`]), at most half the CPUs at once for the whole
+//!   process, with at most 32 more waiting (see [`Limiter`]); past that a request is answered 503
 //!   without verifying, so a flood of wrong passwords costs a bounded share of CPU and other
 //!   connections keep their latency.
 //! - A credential verified once is remembered (see [`cache`]) until the file changes, so a
@@ -18,18 +18,18 @@
 //! `ironic_proxy_reload_failures_total{what="htpasswd"}`. Outcomes are counted in
 //! `ironic_proxy_auth_total{listener,outcome}`.
 
-pub mod cache;
+pub(crate) mod cache;
 mod config;
-pub mod htpasswd;
-pub mod inflight;
-pub mod public;
+pub(crate) mod htpasswd;
+pub(crate) mod inflight;
+pub(crate) mod public;
 #[cfg(test)]
 mod tests;
-pub mod verifier;
+pub(crate) mod verifier;
 
-pub use config::{from_toml, AuthConfig, DEFAULT_REALM};
-pub use htpasswd::{HtpasswdError, Users};
-pub use public::{is_public, PublicPath};
+pub(crate) use config::{from_toml, AuthConfig};
+pub(crate) use htpasswd::{HtpasswdError, Users};
+pub(crate) use public::is_public;
 
 use crate::metrics::{AuthLabels, Metrics, ReloadLabels};
 use arc_swap::ArcSwap;
@@ -45,7 +45,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// The htpasswd file of `listeners[index]` is unusable at start-up.
-    #[error("listeners[{index}].auth.htpasswd: {source}")]
+    #[error("listeners[{index}].auth.htpasswd")]
     Htpasswd {
         index: usize,
         #[source]
@@ -67,7 +67,7 @@ pub enum Deny {
 
 /// What happened to one request, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Ok,
     OkCached,
     Public,
@@ -79,7 +79,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Self; 8] = [
+    pub(crate) const ALL: [Self; 8] = [
         Self::Ok,
         Self::OkCached,
         Self::Public,
@@ -90,7 +90,7 @@ impl Outcome {
         Self::QueueFull,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::OkCached => "ok_cached",
@@ -106,7 +106,7 @@ impl Outcome {
 
 /// The process-wide bound on bcrypt work, shared by every listener (a flood on the API must
 /// not starve the JSON-RPC listener's verifications of the CPU, nor the reverse).
-pub struct Limiter {
+pub(crate) struct Limiter {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
     permits: usize,
@@ -133,12 +133,9 @@ impl Limiter {
         }
     }
 
-    pub fn permits(&self) -> usize {
+    /// How many verifications run at once (the size of the [`verifier`] pool).
+    fn permits(&self) -> usize {
         self.permits
-    }
-
-    pub fn queue(&self) -> usize {
-        self.queue
     }
 
     /// A verification slot, waiting in the bounded queue if need be; `None` when it is full.
@@ -386,7 +383,7 @@ async fn follow(
                 metrics.reloads.get_or_create(&labels).inc();
             }
             Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "htpasswd reload failed; keeping the current users");
+                tracing::warn!(file = %path.display(), error = %crate::error::chain(&e), "htpasswd reload failed; keeping the current users");
                 metrics.reload_failures.get_or_create(&labels).inc();
             }
         }

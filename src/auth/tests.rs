@@ -180,7 +180,7 @@ fn gate(metrics: &Metrics) -> Gate {
     let users = Users::parse(format!("admin:{hash}\n").as_bytes()).unwrap();
     let cfg = AuthConfig {
         htpasswd: "/nonexistent".into(),
-        realm: DEFAULT_REALM.to_owned(),
+        realm: config::DEFAULT_REALM.to_owned(),
         public: Vec::new(),
         forward_authorization: true,
     };

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 /// The nice value of the verification threads: the lowest priority (19), whose scheduling weight
 /// is 1/68 of a normal thread's (kernel `sched_prio_to_weight`: 15 against 1024).
-pub const NICE: i32 = 19;
+pub(crate) const NICE: i32 = 19;
 
 struct Job {
     password: Vec<u8>,
@@ -33,13 +33,13 @@ struct Job {
 }
 
 /// The verification threads, fed through one channel.
-pub struct Pool {
+pub(crate) struct Pool {
     jobs: mpsc::Sender<Job>,
 }
 
 impl Pool {
     /// The process-wide pool of `threads` threads (the first call decides the count).
-    pub fn global(threads: usize) -> &'static Self {
+    pub(crate) fn global(threads: usize) -> &'static Self {
         static POOL: OnceLock<Pool> = OnceLock::new();
         POOL.get_or_init(|| Self::start(threads))
     }
@@ -65,7 +65,7 @@ impl Pool {
 
     /// Whether `password` matches the bcrypt `hash`; false when it does not, when the hash does
     /// not parse, or when no verification thread runs. `permit` is released when it is done.
-    pub async fn verify(
+    pub(crate) async fn verify(
         &self,
         password: Vec<u8>,
         hash: String,

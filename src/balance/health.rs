@@ -41,6 +41,18 @@ pub struct HealthOptions {
     pub healthy_after: u32,
 }
 
+impl Default for HealthOptions {
+    fn default() -> Self {
+        Self {
+            path: "/".into(),
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            unhealthy_after: 2,
+            healthy_after: 1,
+        }
+    }
+}
+
 /// What the active checks concluded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
@@ -175,7 +187,7 @@ impl Health {
 /// by `timeout`, a timeout counting as a failure. Logs each change of state at `info`; run it
 /// inside a span naming the endpoint. It returns when it holds the last reference to `health`,
 /// that is once the endpoint has left the set; aborting the task also stops it.
-pub async fn run_checks<F, Fut>(health: Arc<Health>, opts: HealthOptions, probe: F)
+pub(crate) async fn run_checks<F, Fut>(health: Arc<Health>, opts: HealthOptions, probe: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = bool>,

@@ -10,14 +10,16 @@
 //!   symlink) and on SIGHUP;
 //! - self-issued leaves from the operator CA (`issuer_cert`/`issuer_key`), see [`rotate`].
 
-pub mod expiry;
-pub mod export;
+pub(crate) mod expiry;
+pub(crate) mod export;
 mod load;
-pub mod rotate;
+mod options;
+pub(crate) mod rotate;
 
-pub use load::{load_chain, load_key, load_trust, LoadError};
+pub(crate) use load::LoadError;
+pub use load::{load_chain, load_key, load_trust};
+pub use options::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 
-use crate::config::{IdentityConfig, IdentitySource};
 use crate::metrics::{Metrics, ReloadLabels};
 use rustls::sign::CertifiedKey;
 use rustls::RootCertStore;
@@ -61,13 +63,13 @@ pub enum IdentityError {
     #[error(transparent)]
     Load(#[from] LoadError),
     /// A file named by a config key could not be loaded; the key leads the message.
-    #[error("{key}: {source}")]
+    #[error("{key}")]
     File {
         key: &'static str,
         #[source]
         source: LoadError,
     },
-    #[error("identity.cert {cert} does not match identity.key {key}: {source}")]
+    #[error("identity.cert {cert} does not match identity.key {key}")]
     KeyMismatch {
         cert: PathBuf,
         key: PathBuf,
@@ -102,12 +104,15 @@ impl Identity {
 
 /// Loads the identity once, synchronously checking every file, and spawns the task that keeps it
 /// current. Errors here are start-up errors: the process exits 1 with the message.
-pub async fn start(cfg: &IdentityConfig, metrics: &Metrics) -> Result<Identity, IdentityError> {
+pub(crate) async fn start(
+    cfg: &IdentityConfig,
+    metrics: &Metrics,
+) -> Result<Identity, IdentityError> {
     let reload = Arc::new(Notify::new());
     match &cfg.source {
         IdentitySource::Files { cert, key } => {
             // Fingerprint before loading: a change racing the load is then seen as a change.
-            let seen = fingerprint(&[cert, key, &cfg.trust]);
+            let seen = fingerprint(&[cert.clone(), key.clone(), cfg.trust.clone()]);
             let first = load_files(cfg, cert, key)?;
             record_expiry(metrics, &first);
             let (tx, rx) = watch::channel(Arc::new(first));
@@ -140,7 +145,7 @@ pub fn load_files(
     let chain = load_chain(cert).map_err(file("identity.cert"))?;
     let key_der = load_key(key).map_err(file("identity.key"))?;
     let (roots, trust_pem) = load_trust(&cfg.trust).map_err(file("identity.trust"))?;
-    let provider = crate::tls::provider();
+    let provider = crate::crypto::provider();
     let certified =
         CertifiedKey::from_der(chain.certs.clone(), key_der.key, &provider).map_err(|source| {
             IdentityError::KeyMismatch {
@@ -191,7 +196,10 @@ impl FileWatcher {
                 () = self.reload.notified() => true,
                 () = self.tx.closed() => return,
             };
-            let now = self.fingerprint();
+            let paths = [self.cert.clone(), self.key.clone(), self.cfg.trust.clone()];
+            let Some(now) = off_loop(move || fingerprint(&paths)).await else {
+                continue;
+            };
             if !forced && now == last {
                 continue;
             }
@@ -199,7 +207,11 @@ impl FileWatcher {
             let labels = ReloadLabels {
                 what: "certificate",
             };
-            match load_files(&self.cfg, &self.cert, &self.key) {
+            let (cfg, cert, key) = (self.cfg.clone(), self.cert.clone(), self.key.clone());
+            let Some(loaded) = off_loop(move || load_files(&cfg, &cert, &key)).await else {
+                continue;
+            };
+            match loaded {
                 Ok(m) => {
                     tracing::info!(serial = %m.serial, forced, "identity reloaded from files");
                     record_expiry(&self.metrics, &m);
@@ -207,20 +219,25 @@ impl FileWatcher {
                     self.tx.send_replace(Arc::new(m));
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "identity reload failed; keeping the current certificate");
+                    tracing::warn!(error = %crate::error::chain(&e), "identity reload failed; keeping the current certificate");
                     self.metrics.reload_failures.get_or_create(&labels).inc();
                 }
             }
         }
     }
-
-    fn fingerprint(&self) -> Vec<Option<Vec<u8>>> {
-        fingerprint(&[&self.cert, &self.key, &self.cfg.trust])
-    }
 }
 
-fn fingerprint(paths: &[&Path]) -> Vec<Option<Vec<u8>>> {
+fn fingerprint(paths: &[PathBuf]) -> Vec<Option<Vec<u8>>> {
     paths.iter().map(|p| std::fs::read(p).ok()).collect()
+}
+
+/// Runs file reads, key generation, signing and export fsyncs on tokio's blocking pool: the
+/// event loop is one thread on a one-CPU sidecar, and a slow disk or a signature must not stall
+/// its connections. `None` if `f` panicked (contained and counted like any task's panic).
+pub(crate) async fn off_loop<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    tokio::task::spawn_blocking(f).await.ok()
 }
 
 /// Loads and checks every identity file once without starting anything (`ironic-proxy check`).

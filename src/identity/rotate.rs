@@ -10,7 +10,7 @@
 
 use super::export::{write_atomic, ExportOptions};
 use super::{load_trust, record_expiry, LoadError, Material};
-use crate::config::{ExportConfig, IdentityConfig, IssuerConfig};
+use super::{ExportConfig, IdentityConfig, IssuerConfig};
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::pki::{issue_leaf, Issuer, LeafRequest, PkiError};
 use rustls::client::danger::ServerCertVerifier;
@@ -22,17 +22,21 @@ use tokio::sync::{watch, Notify};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RotateError {
-    #[error("identity.issuer_cert/issuer_key: {0}")]
+    #[error("identity.issuer_cert/issuer_key")]
     Issuer(#[source] PkiError),
-    #[error("identity.dns_names/ip_addresses: {0}")]
+    #[error("identity.dns_names/ip_addresses")]
     Issue(#[source] PkiError),
     #[error(transparent)]
     Trust(#[from] LoadError),
-    #[error("identity: the issued certificate does not verify against identity.trust: {0}")]
+    #[error("identity: the issued certificate does not verify against identity.trust")]
     Verify(#[source] rustls::Error),
-    #[error("identity: {0}")]
+    #[error("identity: cannot build a verifier from identity.trust")]
+    Verifier(#[source] rustls::client::VerifierBuilderError),
+    #[error("identity: the first SAN is not a name a client can verify")]
+    Name(#[source] rustls_pki_types::InvalidDnsNameError),
+    #[error("identity: the issued certificate and key do not form a TLS identity")]
     Tls(#[source] rustls::Error),
-    #[error("identity.export_dir {dir}: {source}")]
+    #[error("identity.export_dir {dir}")]
     Export {
         dir: std::path::PathBuf,
         #[source]
@@ -41,7 +45,7 @@ pub enum RotateError {
 }
 
 /// Issues one generation: leaf + key + trust, verified as a client and as a server certificate.
-pub fn issue(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<Material, RotateError> {
+pub(crate) fn issue(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<Material, RotateError> {
     let issuer =
         Issuer::from_files(&ic.issuer_cert, &ic.issuer_key).map_err(RotateError::Issuer)?;
     let (roots, trust_pem) = load_trust(&cfg.trust)?;
@@ -62,7 +66,7 @@ pub fn issue(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<Material, Rotate
     }
     let roots = Arc::new(roots);
     verify(&roots, &chain, &req)?;
-    let provider = crate::tls::provider();
+    let provider = crate::crypto::provider();
     let certified =
         CertifiedKey::from_der(chain, leaf.key_der, &provider).map_err(RotateError::Tls)?;
     Ok(Material {
@@ -84,29 +88,28 @@ fn verify(
     chain: &[CertificateDer<'static>],
     req: &LeafRequest,
 ) -> Result<(), RotateError> {
-    let provider = Arc::new(crate::tls::provider());
+    let provider = Arc::new(crate::crypto::provider());
     let now = UnixTime::now();
     let client = rustls::server::WebPkiClientVerifier::builder_with_provider(
         roots.clone(),
         provider.clone(),
     )
     .build()
-    .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    .map_err(RotateError::Verifier)?;
     client
         .verify_client_cert(&chain[0], &chain[1..], now)
         .map_err(RotateError::Verify)?;
     let server =
         rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider)
             .build()
-            .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+            .map_err(RotateError::Verifier)?;
     let name = req
         .dns_names
         .first()
         .cloned()
         .or_else(|| req.ip_addresses.first().map(ToString::to_string))
         .unwrap_or_default();
-    let name = ServerName::try_from(name)
-        .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    let name = ServerName::try_from(name).map_err(RotateError::Name)?;
     server
         .verify_server_cert(&chain[0], &chain[1..], &name, &[], now)
         .map_err(RotateError::Verify)?;
@@ -114,7 +117,7 @@ fn verify(
 }
 
 /// Writes tls.crt, tls.key and ca.crt as one generation.
-pub fn export(e: &ExportConfig, m: &Material) -> Result<(), RotateError> {
+pub(crate) fn export(e: &ExportConfig, m: &Material) -> Result<(), RotateError> {
     let files: [(&str, &[u8]); 3] = [
         ("tls.crt", m.chain_pem.as_bytes()),
         ("tls.key", m.key_pem.as_bytes()),
@@ -190,11 +193,28 @@ fn renew_in(m: &Material, renew_before: Duration, now: SystemTime) -> Duration {
 }
 
 impl Rotator {
-    fn files(&self) -> Vec<Option<Vec<u8>>> {
-        [&self.ic.issuer_cert, &self.ic.issuer_key, &self.cfg.trust]
-            .iter()
-            .map(|p| std::fs::read(p).ok())
-            .collect()
+    /// The bytes of the issuer's files and the trust bundle, read off the event loop.
+    async fn files(&self) -> Option<Vec<Option<Vec<u8>>>> {
+        let paths = [
+            self.ic.issuer_cert.clone(),
+            self.ic.issuer_key.clone(),
+            self.cfg.trust.clone(),
+        ];
+        super::off_loop(move || paths.iter().map(|p| std::fs::read(p).ok()).collect()).await
+    }
+
+    /// Issues a generation and exports it (when configured) off the event loop: key generation,
+    /// signing and the export's fsyncs.
+    async fn issue_and_export(
+        &self,
+    ) -> Option<Result<(Material, Option<Result<(), RotateError>>), RotateError>> {
+        let (cfg, ic) = (self.cfg.clone(), self.ic.clone());
+        super::off_loop(move || {
+            let m = issue(&cfg, &ic)?;
+            let exported = cfg.export.as_ref().map(|e| export(e, &m));
+            Ok((m, exported))
+        })
+        .await
     }
 
     async fn run(self) {
@@ -203,7 +223,7 @@ impl Rotator {
             tokio::time::Instant::now() + renew_in(m, self.ic.renew_before, SystemTime::now())
         };
         let mut due = renew_at(&self.tx.borrow());
-        let mut seen = self.files();
+        let mut seen = self.files().await;
         let mut poll =
             tokio::time::interval(self.cfg.watch_interval.max(Duration::from_millis(50)));
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -212,25 +232,28 @@ impl Rotator {
                 () = tokio::time::sleep_until(due) => "renewal",
                 () = self.reload.notified() => "SIGHUP",
                 _ = poll.tick() => {
-                    let now = self.files();
+                    let now = self.files().await;
                     if now == seen { continue; }
                     seen = now;
                     "issuer or trust files changed"
                 }
                 () = self.tx.closed() => return,
             };
-            match issue(&self.cfg, &self.ic) {
-                Ok(m) => {
-                    if let Some(e) = &self.cfg.export {
-                        if let Err(err) = export(e, &m) {
-                            // Keep serving the new certificate: Ironic keeps the last exported
-                            // pair, which stays valid until its own expiry.
-                            tracing::warn!(error = %crate::proxy::error_chain(&err), "export failed");
-                            self.metrics
-                                .reload_failures
-                                .get_or_create(&ReloadLabels { what: "export" })
-                                .inc();
-                        }
+            let Some(issued) = self.issue_and_export().await else {
+                // The work panicked: counted by the panic hook; try again after the backoff.
+                due = tokio::time::Instant::now() + backoff;
+                continue;
+            };
+            match issued {
+                Ok((m, exported)) => {
+                    if let Some(Err(err)) = exported {
+                        // Keep serving the new certificate: Ironic keeps the last exported
+                        // pair, which stays valid until its own expiry.
+                        tracing::warn!(error = %crate::error::chain(&err), "export failed");
+                        self.metrics
+                            .reload_failures
+                            .get_or_create(&ReloadLabels { what: "export" })
+                            .inc();
                     }
                     tracing::info!(serial = %m.serial, not_after = %humantime::format_rfc3339_seconds(m.not_after), reason = why, "renewed our certificate");
                     record_expiry(&self.metrics, &m);
@@ -240,7 +263,7 @@ impl Rotator {
                     backoff = Duration::from_secs(1);
                 }
                 Err(err) => {
-                    tracing::warn!(error = %crate::proxy::error_chain(&err), reason = why, retry_in = ?backoff,
+                    tracing::warn!(error = %crate::error::chain(&err), reason = why, retry_in = ?backoff,
                         "renewal failed; keeping the current certificate");
                     self.metrics.certificate_renewal_failures.inc();
                     due = tokio::time::Instant::now() + backoff;

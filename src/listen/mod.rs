@@ -10,16 +10,18 @@
 mod conn;
 mod drive;
 mod guard;
+mod io;
 mod sniff;
 
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
 use crate::proxy::{ConnInfo, Proxy};
 use crate::tls::{ClientIdentity, ReloadableServer};
-use conn::{Activity, ConnClock, Http1};
+use conn::ConnClock;
 use drive::Drive;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use io::{Activity, Http1, RefusedHead};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::convert::Infallible;
@@ -34,9 +36,22 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 
+/// The proxy's answer to a refused head on one connection: the one place the connection's
+/// byte stream reaches the proxy.
+struct ProxyAnswers {
+    proxy: Arc<Proxy>,
+    info: Arc<ConnInfo>,
+}
+
+impl RefusedHead for ProxyAnswers {
+    fn answer(&self, status: http::StatusCode, date_line: Option<&[u8]>) -> Vec<u8> {
+        self.proxy.refused_head(&self.info, status, date_line)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
-    #[error("listener {name:?}: cannot bind {addr}: {source}")]
+    #[error("listener {name:?}: cannot bind {addr}")]
     Bind {
         name: String,
         addr: String,
@@ -46,14 +61,14 @@ pub enum ListenError {
 }
 
 /// A bound socket.
-pub enum Bound {
+pub(crate) enum Bound {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
 }
 
 impl Bound {
     /// The address actually bound (port 0 resolved), as `ListenAddr`.
-    pub fn local_addr(&self) -> ListenAddr {
+    pub(crate) fn local_addr(&self) -> ListenAddr {
         match self {
             Self::Tcp(l) => l.local_addr().map_or(
                 ListenAddr::Tcp(SocketAddr::from(([0, 0, 0, 0], 0))),
@@ -65,7 +80,7 @@ impl Bound {
 }
 
 /// Binds a listener address. A stale unix socket file left by an earlier process is replaced.
-pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
+pub(crate) async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
     let err = |source| ListenError::Bind {
         name: name.to_owned(),
         addr: addr.to_string(),
@@ -86,7 +101,7 @@ pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
 }
 
 /// One listener: its socket, TLS, service and limits.
-pub struct Listener {
+pub(crate) struct Listener {
     pub name: String,
     cfg: ListenerConfig,
     /// Taken by [`Listener::run`], which alone owns the socket: connection tasks share the
@@ -103,7 +118,7 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub fn new(
+    pub(crate) fn new(
         cfg: ListenerConfig,
         bound: Bound,
         tls: Option<Arc<ReloadableServer>>,
@@ -132,7 +147,7 @@ impl Listener {
     }
 
     /// Resolves when every connection of this listener has closed.
-    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
         let permits = self.permits.clone();
         let n = u32::try_from(self.limits.max_connections).unwrap_or(u32::MAX);
         async move {
@@ -142,7 +157,7 @@ impl Listener {
 
     /// Accepts until `shutdown` turns true, then drops the socket: from then on new
     /// connections are refused while the open ones drain.
-    pub async fn run(mut self, shutdown: watch::Receiver<bool>) {
+    pub(crate) async fn run(mut self, shutdown: watch::Receiver<bool>) {
         let Some(bound) = self.bound.take() else {
             return;
         };
@@ -336,7 +351,12 @@ impl Listener {
         // HTTP/1.1 only: HTTP/2 frames its messages itself.
         let framing = (!h2).then(|| guard::Guard::new(limits.header_bytes));
         let info = Arc::new(info);
-        let http1 = (!h2).then(|| Http1::new(proxy.clone(), info.clone()));
+        let http1 = (!h2).then(|| {
+            Http1::new(Box::new(ProxyAnswers {
+                proxy: proxy.clone(),
+                info: info.clone(),
+            }))
+        });
         let svc = Service {
             proxy,
             info,
@@ -411,7 +431,7 @@ struct Service {
 }
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
-    type Response = http::Response<crate::proxy::body::ResponseBody>;
+    type Response = http::Response<crate::proxy::response::ResponseBody>;
     type Error = Infallible;
     // Boxed: hyper keeps a slot for the service's future in every connection, idle or not;
     // boxing makes that slot a pointer instead of the whole forwarding state machine (about
@@ -439,8 +459,9 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
 
 type ServiceFuture = Pin<
     Box<
-        dyn Future<Output = Result<http::Response<crate::proxy::body::ResponseBody>, Infallible>>
-            + Send,
+        dyn Future<
+                Output = Result<http::Response<crate::proxy::response::ResponseBody>, Infallible>,
+            > + Send,
     >,
 >;
 

@@ -8,7 +8,7 @@
 //! key exchange) is a config error naming the key, never silently dropped.
 //!
 //! The policy is fixed for the life of the process: [`install`] stores it once at start-up,
-//! before any TLS configuration is built, and [`crate::tls::provider`] and the protocol
+//! before any TLS configuration is built, and [`crate::crypto::provider`] and the protocol
 //! versions read it from there.
 
 use rustls::crypto::aws_lc_rs::{kx_group, ALL_CIPHER_SUITES};
@@ -20,9 +20,7 @@ use std::sync::OnceLock;
 
 type FieldSource = Box<dyn std::error::Error + Send + Sync>;
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Msg(String);
+use crate::error::Message as Msg;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MinVersion {
@@ -135,24 +133,11 @@ struct RawTls {
 }
 
 /// Converts the `[tls]` table; each bad field goes to `error` with its key path.
-pub fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> TlsPolicy {
-    let raw: RawTls = match serde_path_to_error::deserialize(v) {
+pub(crate) fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> TlsPolicy {
+    let raw: RawTls = match crate::error::toml_table(v, "tls") {
         Ok(r) => r,
-        Err(e) => {
-            let inner = e.path().to_string();
-            let at = if inner == "." {
-                "tls".to_owned()
-            } else {
-                format!("tls.{inner}")
-            };
-            let message = e
-                .into_inner()
-                .message()
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned();
-            error(at, Box::new(Msg(message)));
+        Err((at, message)) => {
+            error(at, Box::new(message));
             return TlsPolicy::default();
         }
     };
@@ -254,12 +239,12 @@ pub fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> 
 static INSTALLED: OnceLock<TlsPolicy> = OnceLock::new();
 
 /// Fixes the process's policy; the first call wins (a process runs one configuration).
-pub fn install(p: &TlsPolicy) {
+pub(crate) fn install(p: &TlsPolicy) {
     let _ = INSTALLED.set(p.clone());
 }
 
 /// The process's policy (the default until [`install`]).
-pub fn current() -> &'static TlsPolicy {
+pub(crate) fn current() -> &'static TlsPolicy {
     static DEFAULT: OnceLock<TlsPolicy> = OnceLock::new();
     INSTALLED
         .get()
@@ -296,7 +281,7 @@ impl TlsPolicy {
 
     /// The effective policy as a `[tls]` table (what `check` prints): defaults filled in.
     pub fn render(&self) -> String {
-        let mut p = crate::tls::base_provider();
+        let mut p = super::base_provider();
         self.apply(&mut p);
         let suites: Vec<String> = p
             .cipher_suites
@@ -343,7 +328,7 @@ mod tests {
         );
         assert!(e[0].starts_with("tls.cipher_suites[1]: "), "{e:?}");
         assert!(e[1].starts_with("tls.groups[1]: "), "{e:?}");
-        assert!(crate::tls::fips());
+        assert!(crate::crypto::fips());
     }
 
     #[test]
