@@ -256,6 +256,7 @@ fn slowloris_heads_are_cut_by_request_head_timeout() {
         let mark = rig.tap.mark();
         let took = rig.with_conn(t, |c| {
             assert_eq!(c.get_path("/first").expect("first").0, 200);
+            // Exercised: the connection idles before the next head starts.
             std::thread::sleep(Duration::from_millis(500));
             let started = Instant::now();
             let _ = c.send_raw(b"GET /second HTTP/1.1\r\n");

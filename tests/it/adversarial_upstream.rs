@@ -546,6 +546,7 @@ fn client_faults_never_eject_healthy_upstreams() {
                 .expect("timeout");
             let _ = s.write_all(raw);
             if *hang_up {
+                // Exercised: the client hangs up while the proxy is reading its bytes.
                 std::thread::sleep(Duration::from_millis(100));
                 drop(s);
                 continue;
@@ -556,6 +557,7 @@ fn client_faults_never_eject_healthy_upstreams() {
             statuses.push(format!("{round} {name}: {st:?}"));
             assert_eq!(st, [400], "{name}: a client fault is a 400");
         }
+        // Absence check: time for an ejection to show if client faults caused one.
         std::thread::sleep(Duration::from_millis(200));
         let ejected = node::endpoints(&proxy, "ejected");
         assert_eq!(

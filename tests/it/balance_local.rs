@@ -94,6 +94,7 @@ fn local_takes_everything_while_healthy_and_peers_take_over_within_a_health_inte
             .map(|o| o.at - stopped)
     })
     .expect("requests go to the peers within one health interval");
+    // Exercised: the load runs a health interval while local is down.
     std::thread::sleep(INTERVAL + MARGIN);
 
     // Local comes back: traffic returns to it after a passing check.
@@ -103,7 +104,11 @@ fn local_takes_everything_while_healthy_and_peers_take_over_within_a_health_inte
         (!local.all().is_empty()).then(|| restarted.elapsed())
     })
     .expect("traffic returns to local once it is back");
-    std::thread::sleep(Duration::from_millis(300));
+    let so_far = load.outcomes().len();
+    poll_until(Duration::from_secs(5), || {
+        (load.outcomes().len() >= so_far + 20).then_some(())
+    })
+    .expect("the load goes on once local is back");
     let outcomes = load.finish();
     let after_stop: Vec<&node::Outcome> = outcomes
         .iter()
@@ -214,6 +219,7 @@ fn two_sidecars_that_are_each_others_peers_never_loop() {
             );
             statuses.push(r.status);
         }
+        // Exercised: the rounds are spread over time, not sent in one burst.
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(

@@ -76,10 +76,20 @@ validity = "1h"
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("x-backend"), Some("good"));
     }
-    // Let a few more health checks run against every peer.
-    std::thread::sleep(Duration::from_secs(2));
-
+    // Wait until health checks have been tried against every refused peer more than once, and
+    // counted under each reason.
     let reasons = ["unknown_issuer", "name_mismatch"];
+    crate::support::poll_until(Duration::from_secs(10), || {
+        let tried = peers[1..].iter().all(|p| p.handshake_failures() >= 2);
+        let counted = reasons.iter().all(|r| {
+            proxy.metric(
+                "ironic_proxy_peer_tls_failures_total",
+                &[("upstream", "api"), ("reason", r)],
+            ) >= 2.0
+        });
+        (tried && counted).then_some(())
+    })
+    .unwrap_or_else(|| panic!("refused peers tried and counted:\n{}", proxy.metrics()));
     let counted: Vec<f64> = reasons
         .iter()
         .map(|r| {

@@ -82,6 +82,7 @@ impl Discovery {
                 Instant::now() < deadline,
                 "fewer than {n} DNS failures counted"
             );
+            // Poll interval of this wait (real DNS server, real time).
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -95,8 +95,8 @@ fn certificate_rotation_under_load() {
     let keep = start(&dial, 2, run, Spec::get("/keep"));
     let fresh = start(&dial, 1, run, fresh_get("/fresh"));
     let posts = start(&dial, 1, run, Spec::post("/post"));
-    std::thread::sleep(run + Duration::from_millis(500));
-    let (keep, fresh, posts) = (keep.finish(), fresh.finish(), posts.finish());
+    // The loads end at their time limit, `run`, which spans several renewals.
+    let (keep, fresh, posts) = (keep.wait(), fresh.wait(), posts.wait());
     let seen = serials(&fresh);
     let renewals = proxy.metric("ironic_proxy_certificate_renewals_total", &[]);
     eprintln!(
@@ -150,12 +150,14 @@ fn sighup_reloads_under_load_including_a_broken_certificate() {
 
     let hups = 8;
     for _ in 0..hups {
+        // Exercised: each certificate serves the load for a while before the next SIGHUP.
         std::thread::sleep(Duration::from_millis(1500));
         let leaf = sb.ca.server_leaf();
         replace_identity(sb.dir.path(), &leaf.cert_pem, &leaf.key_pem);
         proxy.signal("HUP");
     }
     // A broken certificate: the reload fails, the last good one stays in use.
+    // Exercised: the load runs on the last good certificate before the broken one.
     std::thread::sleep(Duration::from_millis(1500));
     let kept = sb.ca.server_leaf();
     std::fs::write(sb.path("tls.crt"), "-----BEGIN CERTIFICATE-----\nbroken\n").expect("write");
@@ -167,9 +169,11 @@ fn sighup_reloads_under_load_including_a_broken_certificate() {
         );
         (v >= 1.0).then_some(v)
     });
+    // Exercised: the load runs on the kept certificate after the failed reload.
     std::thread::sleep(Duration::from_millis(1500));
     replace_identity(sb.dir.path(), &kept.cert_pem, &kept.key_pem);
     proxy.signal("HUP");
+    // Exercised: the load runs after the last reload.
     std::thread::sleep(Duration::from_millis(1500));
     let (fresh, keep, posts) = (fresh.finish(), keep.finish(), posts.finish());
     let seen = serials(&fresh);
@@ -237,6 +241,7 @@ fn sigterm_drains_in_flight_requests_then_refuses() {
                         ..spec.clone()
                     },
                 );
+                // Exercised: staggered starts, so that some slow request has always just begun.
                 std::thread::sleep(Duration::from_millis(175));
                 l
             })
@@ -255,7 +260,12 @@ fn sigterm_drains_in_flight_requests_then_refuses() {
     let slow = staggered(slow_spec, 4);
     let posts = staggered(post_spec, 2);
     let fast = start(&api, 2, max, Spec::get("/fast"));
-    std::thread::sleep(Duration::from_secs(2));
+    // Signal once the loads have completed what the checks below need before the signal.
+    let completed = |loads: &[Load]| loads.iter().map(Load::completed).sum::<usize>();
+    poll_until(Duration::from_secs(15), || {
+        (completed(&slow) >= 10 && completed(&posts) >= 5 && fast.completed() >= 50).then_some(())
+    })
+    .expect("the loads run before the signal");
     let signalled = Instant::now();
     proxy.signal("TERM");
     // Stops accepting at once, while the slow requests are still running.
@@ -388,13 +398,16 @@ fn a_restarting_local_ironic_falls_back_to_dns_peers() {
     let posts = start(&dial, 1, max, Spec::post("/post"));
     let restarts = 3;
     for _ in 0..restarts {
+        // Exercised: local Ironic serves the load between restarts.
         std::thread::sleep(Duration::from_secs(2));
         // Ironic restarting: the socket file stays, nobody listens.
         let path = local.take().expect("running").path.clone();
         drop(std::os::unix::net::UnixListener::bind(&path).expect("rebind the socket file"));
+        // Exercised: the outage lasts 2 s under load.
         std::thread::sleep(Duration::from_secs(2));
         local = Some(local_ironic(&sock));
     }
+    // Exercised: the load runs on after the last restart.
     std::thread::sleep(Duration::from_secs(2));
     let (gets, posts) = (gets.finish(), posts.finish());
     let by_peers: usize = peers.iter().map(Backend::hit_count).sum();
@@ -424,11 +437,14 @@ fn a_restarting_peer_is_retried_around() {
     let gets = start(&dial, 3, max, Spec::get("/get"));
     let posts = start(&dial, 1, max, Spec::post("/post"));
     for peer in peers.iter_mut().take(2) {
+        // Exercised: the load runs on all peers before the next one is killed.
         std::thread::sleep(Duration::from_secs(2));
         peer.stop();
+        // Exercised: the peer stays down for 3 s under load.
         std::thread::sleep(Duration::from_secs(3));
         peer.restart();
     }
+    // Exercised: the load runs on after the last restart.
     std::thread::sleep(Duration::from_secs(3));
     let (gets, posts) = (gets.finish(), posts.finish());
     eprintln!(
@@ -452,6 +468,7 @@ fn a_dns_outage_leaves_traffic_on_the_last_known_peers() {
     let max = Duration::from_secs(40);
     let gets = start(&dial, 2, max, Spec::get("/get"));
     let posts = start(&dial, 1, max, Spec::post("/post"));
+    // Exercised: the load runs with DNS up before the outage.
     std::thread::sleep(Duration::from_secs(2));
     let failures_before = proxy.metric("ironic_proxy_dns_failures_total", &[("upstream", "api")]);
     dns.stop();
@@ -462,6 +479,7 @@ fn a_dns_outage_leaves_traffic_on_the_last_known_peers() {
         Duration::from_secs(15),
         |v| v > failures_before,
     );
+    // Exercised: the outage lasts 3 s more under load after the first failed resolution.
     std::thread::sleep(Duration::from_secs(3));
     let outage = stopped.elapsed();
     let hits_during: Vec<usize> = peers.iter().map(Backend::hit_count).collect();
@@ -473,6 +491,7 @@ fn a_dns_outage_leaves_traffic_on_the_last_known_peers() {
         Duration::from_secs(15),
         |v| v > resolutions,
     );
+    // Exercised: the load runs on after DNS is back.
     std::thread::sleep(Duration::from_secs(1));
     let (gets, posts) = (gets.finish(), posts.finish());
     eprintln!(
@@ -561,6 +580,7 @@ fn export_dir_on_a_full_then_read_only_filesystem_keeps_serving() {
         (v >= full + 1.0).then_some(v)
     })
     .expect("an export to a read-only filesystem is counted");
+    // Exercised: the load runs on with the export directory read-only.
     std::thread::sleep(Duration::from_secs(2));
     let (gets, fresh, posts) = (gets.finish(), fresh.finish(), posts.finish());
     let renewals = proxy.metric("ironic_proxy_certificate_renewals_total", &[]);

@@ -280,6 +280,7 @@ fn a_running_proxy_that_loses_its_ca_keeps_its_certificate_while_valid() {
             ready.text()
         );
         checks += 1;
+        // Exercised: checked repeatedly over time, up to notAfter.
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(checks >= 10, "checked {checks} times before notAfter");

@@ -88,6 +88,7 @@ fn rotation_under_load_drops_nothing_and_new_connections_see_new_serials() {
                         conn = None;
                     }
                 }
+                // Exercised: request pacing of this client load.
                 std::thread::sleep(Duration::from_millis(5));
             }
             t

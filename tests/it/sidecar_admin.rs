@@ -207,6 +207,7 @@ fn access_log_has_one_text_line_per_request_with_every_field() {
         .start();
     let sent = traffic(&sb, &proxy);
     let lines = proxy.wait_access_logs(sent.len(), Duration::from_secs(3));
+    // Absence check: time for a duplicate or stray access-log line to show.
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
         proxy.access_logs().len(),
@@ -257,6 +258,7 @@ fn access_log_in_json_is_one_object_per_request() {
         .start();
     let sent = traffic(&sb, &proxy);
     let lines = proxy.wait_access_logs(sent.len(), Duration::from_secs(3));
+    // Absence check: time for a duplicate or stray access-log line to show.
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(proxy.access_logs().len(), sent.len(), "{lines:#?}");
     for line in proxy.logs() {

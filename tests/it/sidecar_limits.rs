@@ -156,6 +156,7 @@ fn trickle(
             if w.write_all(chunk).is_err() {
                 return;
             }
+            // Exercised: a slowloris client trickling its bytes.
             std::thread::sleep(every);
         }
     });
@@ -186,6 +187,7 @@ fn request_head_timeout_cuts_slowloris_heads_and_stalled_handshakes() {
     // after the connection has been idle for longer than the head timeout (idle_timeout is 10s).
     let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
     assert_eq!(c.get("/first").unwrap().status, 200);
+    // Exercised: the connection idles longer than the head timeout before the next head.
     std::thread::sleep(Duration::from_millis(1500));
     let start = Instant::now();
     c.send(b"GET /second HTTP/1.1\r\n").unwrap();
@@ -276,6 +278,7 @@ fn idle_keep_alive_connections_are_closed_after_idle_timeout() {
             200,
             "request {i}"
         );
+        // Exercised: a busy client, one request every 500 ms.
         std::thread::sleep(Duration::from_millis(500));
     }
     assert_eq!(up.connections(), 1);

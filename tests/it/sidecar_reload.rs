@@ -89,6 +89,7 @@ fn sighup_after_renaming_new_files_over_serves_the_new_certificate() {
     let new = sb.ca.server_leaf();
     rename_over(&sb.path("tls.crt"), &new.cert_pem);
     rename_over(&sb.path("tls.key"), &new.key_pem);
+    // Absence check: polling is off, so no reload may happen without SIGHUP.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         presented(&proxy, "api", &cfg),

@@ -134,6 +134,7 @@ impl Rig {
         let mut last = self.tap.since(mark);
         let deadline = Instant::now() + Duration::from_secs(3);
         loop {
+            // Quiescence: what reached the upstream is read once the tap stays quiet.
             std::thread::sleep(Duration::from_millis(100));
             let now = self.tap.since(mark);
             let same = now.len() == last.len()

@@ -153,6 +153,7 @@ impl Backend {
                 Ok(l) => return self.run(l),
                 Err(e) => last = Some(e),
             }
+            // Poll interval: retries the bind until the old listener's port is free.
             std::thread::sleep(Duration::from_millis(10));
         }
         panic!("cannot bind {} again: {last:?}", self.addr);
@@ -307,6 +308,7 @@ async fn handle(
         .push(Hit { at, client_cert });
     let delay = shared.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
+        // Exercised: the slow backend a test asked for.
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
     reply(200, shared.id.clone())

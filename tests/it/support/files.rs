@@ -119,6 +119,7 @@ impl FileServer {
             if let Ok(l) = TcpListener::bind(self.addr) {
                 return self.run(l);
             }
+            // Poll interval: retries the bind until the old listener's port is free.
             std::thread::sleep(Duration::from_millis(10));
         }
         panic!("cannot bind {} again", self.addr);
@@ -178,6 +179,7 @@ async fn answer(
     };
     let mut resp = Response::new(Full::new(Bytes::new()));
     match mode {
+        // Exercised: the slow file server a test asked for.
         Some(Mode::Slow(d)) => tokio::time::sleep(d).await,
         Some(Mode::Status(code)) => {
             *resp.status_mut() = hyper::StatusCode::from_u16(code).expect("status");

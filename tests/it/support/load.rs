@@ -161,6 +161,16 @@ impl Load {
         ))
     }
 
+    /// Requests completed so far.
+    pub(crate) fn completed(&self) -> usize {
+        self.0.outcomes().len()
+    }
+
+    /// Waits for the workers to reach their request count or time limit; returns every outcome.
+    pub(crate) fn wait(self) -> Vec<Outcome> {
+        self.0.wait()
+    }
+
     /// Stops the workers (after their current request) and returns every outcome.
     pub(crate) fn finish(self) -> Vec<Outcome> {
         self.0.finish()

@@ -96,6 +96,7 @@ pub(crate) fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>)
         if Instant::now() >= deadline {
             return None;
         }
+        // Poll interval of this helper, the one every wait is built on.
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -414,6 +415,7 @@ impl<T: Clone + Send + 'static> Workers<T> {
                         let outcome = step(n);
                         outcomes.lock().expect("outcomes").push(outcome);
                         if !pause.is_zero() {
+                            // Exercised: the pause between requests the test asked for.
                             std::thread::sleep(pause);
                         }
                     }

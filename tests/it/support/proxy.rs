@@ -284,7 +284,10 @@ impl Proxy {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_exit() {
-                std::thread::sleep(Duration::from_millis(50));
+                // Its last log lines: the reader ends at the end of the exited process's stderr.
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
                 return Err(format!("exited with {status}\n{}", self.logs().join("\n")));
             }
             if self.admin_get("/readyz").is_ok_and(|r| r.status == 200) {
@@ -293,6 +296,7 @@ impl Proxy {
             if Instant::now() >= deadline {
                 return Err(format!("timeout\n{}", self.logs().join("\n")));
             }
+            // Poll interval: nothing announces readiness but /readyz itself.
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -405,6 +409,7 @@ impl Proxy {
             if Instant::now() >= deadline {
                 return None;
             }
+            // Poll interval: a child's exit can only be polled (try_wait) without blocking.
             std::thread::sleep(Duration::from_millis(5));
         }
     }

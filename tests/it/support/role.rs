@@ -47,6 +47,8 @@ pub(crate) const PROFILE_VARS: &[&str] = &[
 pub(crate) struct Role {
     child: Child,
     logs: Arc<Mutex<Vec<String>>>,
+    /// Collects stderr into `logs`; ends when the process's stderr closes.
+    reader: Option<std::thread::JoinHandle<()>>,
     pub admin: SocketAddr,
 }
 
@@ -70,19 +72,27 @@ impl Role {
         let stderr = child.stderr.take().expect("stderr");
         let logs = Arc::new(Mutex::new(Vec::new()));
         let sink = logs.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 sink.lock().expect("logs").push(line);
             }
         });
-        Self { child, logs, admin }
+        Self {
+            child,
+            logs,
+            reader: Some(reader),
+            admin,
+        }
     }
 
     /// Waits for `/readyz` 200; panics with the logs on exit or timeout.
     pub(crate) fn wait_ready(&mut self, timeout: Duration) {
         let ready = poll_until(timeout, || {
             if let Ok(Some(status)) = self.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(50));
+                // Its last log lines: the reader ends at the end of the exited process's stderr.
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
                 panic!("exited with {status}:\n{}", self.logs().join("\n"));
             }
             HttpConn::tcp(self.admin)

@@ -312,6 +312,7 @@ async fn handle(
     let reply = responder(&rec);
     state.records.lock().expect("records").push(rec);
     if !reply.delay.is_zero() {
+        // Exercised: the slow upstream a test asked for.
         tokio::time::sleep(reply.delay).await;
     }
     let mut resp = Response::new(Full::new(Bytes::from(reply.body)));

@@ -55,6 +55,7 @@ impl Tap {
             while !sp.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((client, _)) => relay(client, &back, &st),
+                    // Poll interval: the listener is non-blocking so that the loop sees `stop`.
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
@@ -467,6 +468,7 @@ impl Rogue {
                         let (h, script, s) = (h.clone(), script.clone(), s.clone());
                         std::thread::spawn(move || rogue_conn(stream, id, &h, &script, &s));
                     }
+                    // Poll interval: the listener is non-blocking so that the loop sees `stop`.
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
@@ -595,6 +597,7 @@ fn rogue_conn(
                 if s.write_all(&a).is_err() {
                     return;
                 }
+                // Exercised: a reply split by a pause, as scripted.
                 std::thread::sleep(pause);
                 if s.write_all(&b).is_err() {
                     return;
@@ -602,6 +605,7 @@ fn rogue_conn(
             }
             Act::Reset => return,
             Act::Stall(d) => {
+                // Exercised: a stalled upstream, as scripted.
                 std::thread::sleep(d);
                 return;
             }
