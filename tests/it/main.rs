@@ -28,6 +28,7 @@ mod identity_ca_rotation;
 mod identity_export;
 mod identity_failures;
 mod identity_rotation;
+mod inmem;
 mod jsonrpc_visibility;
 mod pki_cli;
 mod profiles;
