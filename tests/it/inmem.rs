@@ -98,6 +98,33 @@ impl Rig {
         client
     }
 
+    /// Sends `raw` on a new connection and reads until the proxy closes it: what it answered,
+    /// and when it closed (on the paused clock) from the first byte written.
+    async fn send(&self, raw: &[u8]) -> (Vec<u8>, Duration) {
+        let mut c = self.connect();
+        let started = Instant::now();
+        c.write_all(raw).await.expect("write");
+        read_until_closed(&mut c, started).await
+    }
+
+    /// Asserts that `raw` gets one answer, `status`, then a close, and that nothing reached
+    /// the upstream; returns when the connection closed.
+    async fn assert_refused(&self, raw: &[u8], status: u16) -> Duration {
+        let (got, closed) = self.send(raw).await;
+        assert_eq!(support::status_lines(&got), [status], "{:?}", text(&got));
+        assert!(self.paths().is_empty(), "forwarded: {:?}", self.paths());
+        closed
+    }
+
+    /// A request the proxy forwards: the rig still serves after a refusal.
+    async fn assert_serves(&self) {
+        let (got, _) = self
+            .send(b"GET /after HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await;
+        assert_eq!(support::status_lines(&got), [200], "{:?}", text(&got));
+        assert_eq!(self.paths().last().map(String::as_str), Some("/after"));
+    }
+
     /// Paths the upstream has received, in order.
     fn paths(&self) -> Vec<String> {
         self.seen
@@ -133,14 +160,6 @@ async fn upstream(listener: UnixListener, seen: Arc<Mutex<Vec<Head>>>) {
     }
 }
 
-/// Writes `raw`, then reads until the proxy closes the connection; returns what it sent and
-/// when (on the paused clock) it closed, counted from the first byte written.
-async fn exchange(conn: &mut DuplexStream, raw: &[u8]) -> (Vec<u8>, Duration) {
-    let started = Instant::now();
-    conn.write_all(raw).await.expect("write");
-    read_until_closed(conn, started).await
-}
-
 async fn read_until_closed(
     conn: &mut (impl AsyncRead + Unpin),
     started: Instant,
@@ -153,18 +172,6 @@ async fn read_until_closed(
     (got, started.elapsed())
 }
 
-/// A request the proxy forwards, on a fresh connection: the rig still serves after a refusal.
-async fn assert_serves(rig: &Rig) {
-    let mut c = rig.connect();
-    let (got, _) = exchange(
-        &mut c,
-        b"GET /after HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-    )
-    .await;
-    assert_eq!(support::status_lines(&got), [200], "{:?}", text(&got));
-    assert_eq!(rig.paths().last().map(String::as_str), Some("/after"));
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -174,36 +181,26 @@ fn text(b: &[u8]) -> String {
 #[tokio::test(start_paused = true)]
 async fn content_length_with_transfer_encoding_is_refused_and_the_smuggled_request_never_sent() {
     let rig = Rig::start();
-    let mut c = rig.connect();
-    let (got, _) = exchange(
-        &mut c,
+    rig.assert_refused(
         b"POST /a HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\
           Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /tail HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        400,
     )
     .await;
-    assert_eq!(support::status_lines(&got), [400], "{:?}", text(&got));
-    assert_eq!(
-        rig.paths(),
-        Vec::<String>::new(),
-        "nothing reached the upstream"
-    );
-    assert_serves(&rig).await;
+    rig.assert_serves().await;
 }
 
 /// Two different Content-Length values (RFC 9112 §6.3 (5)): 400, close, nothing forwarded.
 #[tokio::test(start_paused = true)]
 async fn conflicting_content_lengths_are_refused() {
     let rig = Rig::start();
-    let mut c = rig.connect();
-    let (got, _) = exchange(
-        &mut c,
+    rig.assert_refused(
         b"POST /a HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n\
           hello!",
+        400,
     )
     .await;
-    assert_eq!(support::status_lines(&got), [400], "{:?}", text(&got));
-    assert!(rig.paths().is_empty(), "forwarded: {:?}", rig.paths());
-    assert_serves(&rig).await;
+    rig.assert_serves().await;
 }
 
 /// A header block over `header_bytes` (16 KiB here): 431 (RFC 6585 §5), close, nothing
@@ -217,13 +214,8 @@ async fn a_header_block_over_the_limit_gets_431_and_is_not_forwarded() {
             "a".repeat(filler)
         )
     };
-    let mut c = rig.connect();
-    let (got, _) = exchange(&mut c, head(100 * 1024).as_bytes()).await;
-    assert_eq!(support::status_lines(&got), [431], "{:?}", text(&got));
-    assert!(rig.paths().is_empty(), "forwarded: {:?}", rig.paths());
-
-    let mut c = rig.connect();
-    let (got, _) = exchange(&mut c, head(12 * 1024).as_bytes()).await;
+    rig.assert_refused(head(100 * 1024).as_bytes(), 431).await;
+    let (got, _) = rig.send(head(12 * 1024).as_bytes()).await;
     assert_eq!(support::status_lines(&got), [200], "{:?}", text(&got));
     assert_eq!(rig.paths(), ["/big"]);
 }
@@ -262,18 +254,16 @@ async fn a_slowloris_head_is_cut_at_the_head_timeout() {
 #[tokio::test(start_paused = true)]
 async fn a_stalled_body_gets_408_at_the_body_timeout() {
     let rig = Rig::start();
-    let mut c = rig.connect();
-    let (got, closed) = exchange(
-        &mut c,
-        b"POST /stall HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n0123456789",
-    )
-    .await;
-    assert_eq!(support::status_lines(&got), [408], "{:?}", text(&got));
+    let closed = rig
+        .assert_refused(
+            b"POST /stall HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n0123456789",
+            408,
+        )
+        .await;
     assert!(
         closed >= Duration::from_secs(3) && closed < Duration::from_millis(3300),
         "answered after {closed:?}, the body timeout is 3 s"
     );
-    assert!(rig.paths().is_empty(), "forwarded: {:?}", rig.paths());
 }
 
 /// Hop-by-hop fields (RFC 9110 §7.6.1), including those the client names in `Connection`, do
@@ -281,13 +271,12 @@ async fn a_stalled_body_gets_408_at_the_body_timeout() {
 #[tokio::test(start_paused = true)]
 async fn hop_by_hop_fields_stay_on_the_client_connection() {
     let rig = Rig::start();
-    let mut c = rig.connect();
-    let (got, _) = exchange(
-        &mut c,
-        b"GET /v1/nodes HTTP/1.1\r\nHost: localhost\r\nConnection: close, X-Secret\r\n\
-          X-Secret: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nX-Kept: yes\r\n\r\n",
-    )
-    .await;
+    let (got, _) = rig
+        .send(
+            b"GET /v1/nodes HTTP/1.1\r\nHost: localhost\r\nConnection: close, X-Secret\r\n\
+              X-Secret: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nX-Kept: yes\r\n\r\n",
+        )
+        .await;
     assert_eq!(support::status_lines(&got), [200], "{:?}", text(&got));
     let seen = rig.seen.lock().expect("seen");
     let [head] = seen.as_slice() else {
