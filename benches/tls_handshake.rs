@@ -49,7 +49,7 @@ fn roots(p: &Pki) -> Arc<RootCertStore> {
 }
 
 fn material(p: &Pki) -> Material {
-    let provider = ironic_proxy::tls::provider();
+    let provider = ironic_proxy::crypto::provider();
     let key = rustls::sign::CertifiedKey::from_der(
         vec![p.server.cert_der.clone()],
         p.server.key_der.clone_key(),

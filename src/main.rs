@@ -1,9 +1,11 @@
 //! The `ironic-proxy` binary: parse the command line, start tracing, load the configuration,
 //! start the server, wait for signals, drain.
 
+#![warn(clippy::unwrap_used)]
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ironic_proxy::cli;
 use ironic_proxy::config::{profile, Config, ProcessEnv};
-use ironic_proxy::pki;
 use ironic_proxy::server::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,10 +60,10 @@ enum Command {
     },
     /// Operator CA: `ca init`.
     #[command(subcommand)]
-    Ca(pki::CaCommand),
+    Ca(cli::pki::CaCommand),
     /// Leaf certificates: `cert issue`, `cert show`.
     #[command(subcommand)]
-    Cert(pki::CertCommand),
+    Cert(cli::pki::CertCommand),
 }
 
 /// Where the configuration comes from: a file, a built-in profile, or (`run` only) neither.
@@ -118,14 +120,16 @@ fn main() -> ExitCode {
                 Err(e) => fail(e.as_ref()),
             }
         }
-        Command::Ca(cmd) => pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
-        Command::Cert(cmd) => pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
+        Command::Ca(cmd) => cli::pki::run_ca(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
+        Command::Cert(cmd) => {
+            cli::pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS)
+        }
     }
 }
 
 /// One line on stderr with the whole cause chain, exit 1.
 fn fail(e: &dyn std::error::Error) -> ExitCode {
-    eprintln!("ironic-proxy: {}", ironic_proxy::proxy::error_chain(e));
+    eprintln!("ironic-proxy: {}", ironic_proxy::error::chain(e));
     ExitCode::from(1)
 }
 

@@ -5,15 +5,14 @@
 //! all listeners are bound. Shutdown order is documented in [`crate::listen`].
 
 use crate::admin::{self, IdentityCheck, Readiness};
-use crate::config::{Config, ListenAddr, TlsMode};
-use crate::discovery::{self, DiscoveryOptions, Target};
+use crate::config::{Config, ListenAddr, TlsMode, UpstreamConfig};
+use crate::discovery::{self, DiscoveryError, DiscoveryOptions};
 use crate::identity::{self, Identity, IdentityError};
 use crate::listen::{self, ListenError, Listener};
 use crate::metrics::Metrics;
 use crate::proxy::pool::{Pool, PoolOptions};
 use crate::proxy::Proxy;
-use crate::tls::{self, ReloadableServer, TlsError};
-use arc_swap::ArcSwap;
+use crate::tls::{self, ReloadableClient, ReloadableServer, TlsError};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,14 +28,21 @@ pub enum ServerError {
     Listen(#[from] ListenError),
     #[error(transparent)]
     Auth(#[from] crate::auth::AuthError),
-    #[error("admin.listen: cannot bind {addr}: {source}")]
+    #[error("admin.listen: cannot bind {addr}")]
     Admin {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
-    #[error("listeners[{index}].upstream: {reason}")]
-    Upstream { index: usize, reason: String },
+    #[error("{upstream}: cannot start DNS discovery")]
+    Discovery {
+        /// Key path of the upstream (`listeners[0].upstream`, `listeners[0].routes[1].upstream`).
+        upstream: String,
+        #[source]
+        source: DiscoveryError,
+    },
+    #[error("{upstream}.tls: tls = true needs an [identity]")]
+    PeerTlsWithoutIdentity { upstream: String },
 }
 
 /// `/readyz` needs a healthy endpoint in every upstream.
@@ -48,23 +54,84 @@ impl admin::Check for PoolCheck {
     }
 }
 
-/// The client TLS configuration for peers, following identity changes.
-fn peer_client_config(id: &Identity) -> Result<Arc<ArcSwap<rustls::ClientConfig>>, ServerError> {
-    let cfg = tls::peer::client_config(&id.current())
-        .map_err(|e| ServerError::Tls(TlsError::Config(e)))?;
-    let swap = Arc::new(ArcSwap::new(cfg));
-    let mut rx = id.subscribe();
-    let target = swap.clone();
-    tokio::spawn(async move {
-        while rx.changed().await.is_ok() {
-            let m = rx.borrow_and_update().clone();
-            match tls::peer::client_config(&m) {
-                Ok(c) => target.store(c),
-                Err(e) => tracing::warn!(error = %e, "keeping the previous peer TLS configuration"),
+/// Background tasks that live as long as the server (discovery loops, TLS configuration
+/// followers, the admin endpoint): stopped when the drain ends, not left to the runtime.
+#[derive(Default)]
+struct Tasks(Vec<tokio::task::AbortHandle>);
+
+impl Tasks {
+    fn add(&mut self, task: &tokio::task::JoinHandle<()>) {
+        self.0.push(task.abort_handle());
+    }
+}
+
+/// What every upstream pool is built from, beyond its own table.
+struct PoolContext<'a> {
+    config: &'a Config,
+    identity: Option<&'a Identity>,
+    metrics: &'a Metrics,
+}
+
+impl PoolContext<'_> {
+    /// The pool of one upstream table (a listener's or a route's), with its DNS discovery and
+    /// its peers' TLS configuration. `path` is the table's key path, for errors.
+    fn pool(
+        &self,
+        name: String,
+        u: &UpstreamConfig,
+        path: &str,
+        tasks: &mut Tasks,
+    ) -> Result<Arc<Pool>, ServerError> {
+        let dns = match &u.dns {
+            None => None,
+            Some(target) => {
+                let opts = DiscoveryOptions {
+                    servers: self.config.dns.servers.clone(),
+                    refresh: self.config.dns.refresh,
+                    min_ttl: Duration::from_secs(1),
+                    hold_on_empty: self.config.dns.hold_on_empty,
+                    fallback: u.fallback.clone(),
+                };
+                let (rx, task) =
+                    discovery::spawn(name.clone(), target.clone(), opts, self.metrics.clone())
+                        .map_err(|source| ServerError::Discovery {
+                            upstream: path.to_owned(),
+                            source,
+                        })?;
+                tasks.add(&task);
+                Some(rx)
             }
-        }
-    });
-    Ok(swap)
+        };
+        let peer_tls = match (u.tls, self.identity) {
+            (false, _) => None,
+            (true, None) => {
+                return Err(ServerError::PeerTlsWithoutIdentity {
+                    upstream: path.to_owned(),
+                })
+            }
+            (true, Some(id)) => {
+                let (reloadable, task) = ReloadableClient::follow(
+                    id.subscribe(),
+                    format!("{name} (peers)"),
+                    tls::peer::client_config,
+                )
+                .map_err(|e| ServerError::Tls(TlsError::Config(e)))?;
+                tasks.add(&task);
+                Some(reloadable)
+            }
+        };
+        Ok(Pool::new(PoolOptions {
+            name,
+            local: u.local.clone(),
+            dns,
+            peer_tls,
+            balance: u.balance,
+            health: u.health.clone(),
+            retries: u.retries,
+            max_response_head: self.config.limits.header_bytes,
+            metrics: self.metrics.clone(),
+        }))
+    }
 }
 
 /// The runtime `run` uses. On one CPU (a sidecar's usual CPU limit, or an affinity mask; both
@@ -120,6 +187,7 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     drained: Vec<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
     drain_timeout: Duration,
+    tasks: Tasks,
 }
 
 use std::pin::Pin;
@@ -129,7 +197,7 @@ impl Server {
         let metrics = Metrics::new();
         contain_panics(&metrics);
         // Before any TLS configuration is built.
-        tls::policy::install(&config.tls);
+        crate::crypto::policy::install(&config.tls);
         let readiness = Arc::new(Readiness::default());
         let identity = match &config.identity {
             Some(cfg) => Some(identity::start(cfg, &metrics).await?),
@@ -139,50 +207,21 @@ impl Server {
             readiness.add(Box::new(IdentityCheck(id.clone())));
         }
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Tasks::default();
+        let ctx = PoolContext {
+            config: &config,
+            identity: identity.as_ref(),
+            metrics: &metrics,
+        };
         let mut listeners = Vec::new();
         let mut bound = Vec::new();
         for (index, lc) in config.listeners.iter().enumerate() {
-            let dns = match &lc.upstream.dns {
-                None => None,
-                Some(target) => {
-                    let err = |reason: String| ServerError::Upstream { index, reason };
-                    let target: Target = target
-                        .parse()
-                        .map_err(|e: discovery::DiscoveryError| err(e.to_string()))?;
-                    let opts = DiscoveryOptions {
-                        servers: config.dns.servers.clone(),
-                        refresh: config.dns.refresh,
-                        min_ttl: Duration::from_secs(1),
-                        hold_on_empty: config.dns.hold_on_empty,
-                        fallback: lc.upstream.fallback.clone(),
-                    };
-                    let (rx, _task) =
-                        discovery::spawn(lc.name.clone(), target, opts, metrics.clone())
-                            .map_err(|e| err(e.to_string()))?;
-                    Some(rx)
-                }
-            };
-            let peer_tls = match (lc.upstream.tls, &identity) {
-                (false, _) => None,
-                (true, None) => {
-                    return Err(ServerError::Upstream {
-                        index,
-                        reason: "tls = true needs an [identity]".into(),
-                    })
-                }
-                (true, Some(id)) => Some(peer_client_config(id)?),
-            };
-            let upstream = Pool::new(PoolOptions {
-                name: lc.name.clone(),
-                local: lc.upstream.local.clone(),
-                dns,
-                peer_tls,
-                balance: lc.upstream.balance,
-                health: lc.upstream.health.clone(),
-                retries: lc.upstream.retries,
-                max_response_head: config.limits.header_bytes,
-                metrics: metrics.clone(),
-            });
+            let upstream = ctx.pool(
+                lc.name.clone(),
+                &lc.upstream,
+                &format!("listeners[{index}].upstream"),
+                &mut tasks,
+            )?;
             readiness.add(Box::new(PoolCheck(upstream.clone())));
             let gate = match &lc.auth {
                 Some(a) => {
@@ -200,26 +239,18 @@ impl Server {
                 .with_auth(gate)
                 .with_jsonrpc(lc.jsonrpc);
             if !lc.routes.is_empty() {
-                proxy = proxy.with_routes(route_table(
-                    index,
-                    lc,
-                    &config,
-                    identity.as_ref(),
-                    &metrics,
-                )?);
+                proxy = proxy.with_routes(route_table(index, lc, &ctx, &mut tasks)?);
             }
             let proxy = Arc::new(proxy);
             let tls = match (lc.tls, &identity) {
                 (TlsMode::None, _) | (_, None) => None,
                 (mode, Some(id)) => {
-                    let cfg = tls::server_config(&id.current(), mode, lc.http2)?;
-                    let reloadable = ReloadableServer::new(cfg);
-                    tokio::spawn(reloadable.clone().follow(
-                        id.subscribe(),
-                        mode,
-                        lc.http2,
-                        lc.name.clone(),
-                    ));
+                    let http2 = lc.http2;
+                    let (reloadable, task) =
+                        ReloadableServer::follow(id.subscribe(), lc.name.clone(), move |m| {
+                            tls::server_config(m, mode, http2)
+                        })?;
+                    tasks.add(&task);
                     Some(reloadable)
                 }
             };
@@ -243,7 +274,11 @@ impl Server {
                         source,
                     })?;
                 let addr = l.local_addr().ok();
-                tokio::spawn(admin::serve(l, metrics.clone(), readiness.clone()));
+                tasks.add(&tokio::spawn(admin::serve(
+                    l,
+                    metrics.clone(),
+                    readiness.clone(),
+                )));
                 addr
             }
             None => None,
@@ -256,7 +291,7 @@ impl Server {
         readiness.set_bound();
         // Logged once started: a start-up failure stays one line on stderr.
         tracing::info!(
-            fips = tls::fips(),
+            fips = crate::crypto::fips(),
             min_version = ?config.tls.min_version,
             "crypto: aws-lc-rs"
         );
@@ -272,6 +307,7 @@ impl Server {
             shutdown,
             drained,
             drain_timeout: config.limits.drain_timeout,
+            tasks,
         })
     }
 
@@ -287,6 +323,9 @@ impl Server {
         } else {
             tracing::warn!(timeout = ?self.drain_timeout, "drain timeout: closing remaining connections");
         }
+        for task in &self.tasks.0 {
+            task.abort();
+        }
         clean
     }
 }
@@ -297,61 +336,26 @@ impl Server {
 fn route_table(
     index: usize,
     lc: &crate::config::ListenerConfig,
-    config: &Config,
-    identity: Option<&Identity>,
-    metrics: &Metrics,
+    ctx: &PoolContext<'_>,
+    tasks: &mut Tasks,
 ) -> Result<crate::proxy::route::Routes, ServerError> {
     use crate::proxy::find::Finder;
     use crate::proxy::route::{Route, Routes, Target as RouteTarget};
     let mut routes = Vec::with_capacity(lc.routes.len());
     for (r, rc) in lc.routes.iter().enumerate() {
-        let err = |reason: String| ServerError::Upstream {
-            index,
-            reason: format!("routes[{r}]: {reason}"),
-        };
         // Named after the listener and route, for logs and the upstream metrics.
-        let name = format!("{}/routes[{r}]", lc.name);
-        let u = &rc.upstream;
-        let dns = match &u.dns {
-            None => None,
-            Some(target) => {
-                let target: Target = target
-                    .parse()
-                    .map_err(|e: discovery::DiscoveryError| err(e.to_string()))?;
-                let opts = DiscoveryOptions {
-                    servers: config.dns.servers.clone(),
-                    refresh: config.dns.refresh,
-                    min_ttl: Duration::from_secs(1),
-                    hold_on_empty: config.dns.hold_on_empty,
-                    fallback: u.fallback.clone(),
-                };
-                let (rx, _task) = discovery::spawn(name.clone(), target, opts, metrics.clone())
-                    .map_err(|e| err(e.to_string()))?;
-                Some(rx)
-            }
-        };
-        let peer_tls = match (u.tls, identity) {
-            (false, _) => None,
-            (true, None) => return Err(err("tls = true needs an [identity]".into())),
-            (true, Some(id)) => Some(peer_client_config(id)?),
-        };
-        let pool = Pool::new(PoolOptions {
-            name: name.clone(),
-            local: u.local.clone(),
-            dns,
-            peer_tls,
-            balance: u.balance,
-            health: u.health.clone(),
-            retries: u.retries,
-            max_response_head: config.limits.header_bytes,
-            metrics: metrics.clone(),
-        });
+        let pool = ctx.pool(
+            format!("{}/routes[{r}]", lc.name),
+            &rc.upstream,
+            &format!("listeners[{index}].routes[{r}].upstream"),
+            tasks,
+        )?;
         let target = match rc.find {
             Some(crate::config::Find::Newest) => RouteTarget::Find(Arc::new(Finder::new(
                 pool,
                 rc.find_timeout,
                 &lc.name,
-                metrics,
+                ctx.metrics,
             ))),
             None => RouteTarget::Forward(pool),
         };

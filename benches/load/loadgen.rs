@@ -228,7 +228,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn merge(&mut self, o: Tally) {
+    fn merge(&mut self, o: Self) {
         self.ok += o.ok;
         self.errors += o.errors;
         self.bytes += o.bytes;

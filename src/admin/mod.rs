@@ -2,7 +2,7 @@
 //! every upstream has a healthy endpoint, not draining) and `/metrics` (Prometheus text).
 
 use crate::metrics::Metrics;
-use crate::proxy::{body::ResponseBody, json_response};
+use crate::proxy::{json_response, response::ResponseBody};
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};

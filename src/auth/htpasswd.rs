@@ -7,7 +7,7 @@ use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HtpasswdError {
-    #[error("cannot read {path}: {source}", path = .path.display())]
+    #[error("cannot read {path}", path = .path.display())]
     Read {
         path: std::path::PathBuf,
         #[source]

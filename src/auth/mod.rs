@@ -41,7 +41,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// The htpasswd file of `listeners[index]` is unusable at start-up.
-    #[error("listeners[{index}].auth.htpasswd: {source}")]
+    #[error("listeners[{index}].auth.htpasswd: cannot load")]
     Htpasswd {
         index: usize,
         #[source]
@@ -369,7 +369,7 @@ async fn follow(
                 metrics.reloads.get_or_create(&labels).inc();
             }
             Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "htpasswd reload failed; keeping the current users");
+                tracing::warn!(file = %path.display(), error = %crate::error::chain(&e), "htpasswd reload failed; keeping the current users");
                 metrics.reload_failures.get_or_create(&labels).inc();
             }
         }

@@ -41,6 +41,18 @@ pub struct HealthOptions {
     pub healthy_after: u32,
 }
 
+impl Default for HealthOptions {
+    fn default() -> Self {
+        Self {
+            path: "/".into(),
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            unhealthy_after: 2,
+            healthy_after: 1,
+        }
+    }
+}
+
 /// What the active checks concluded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {

@@ -10,7 +10,7 @@ pub(super) struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub dns: Option<RawDns>,
     pub limits: Option<RawLimits>,
-    /// `[tls]`, typed by `crate::tls::policy::from_toml`.
+    /// `[tls]`, typed by `crate::crypto::policy::from_toml`.
     pub tls: Option<toml::Value>,
     #[serde(default)]
     pub listeners: Vec<RawListener>,

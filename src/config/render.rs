@@ -123,7 +123,7 @@ impl Config {
                 let _ = writeln!(o, "local = {}", q(&local.to_string()));
             }
             if let Some(dns) = &u.dns {
-                let _ = writeln!(o, "dns = {}", q(dns));
+                let _ = writeln!(o, "dns = {}", q(&dns.to_string()));
             }
             upstream_policy(&mut o, u);
             if let Some(a) = &lc.auth {
@@ -156,7 +156,7 @@ fn render_route(o: &mut String, r: &super::RouteConfig) {
         let _ = writeln!(o, "local = {}", q(&local.to_string()));
     }
     if let Some(dns) = &u.dns {
-        let _ = writeln!(o, "dns = {}", q(dns));
+        let _ = writeln!(o, "dns = {}", q(&dns.to_string()));
     }
     if r.find.is_some() {
         let _ = writeln!(o, "find = \"newest\"\nfind_timeout = {}", d(r.find_timeout));
@@ -171,8 +171,8 @@ fn upstream_policy(o: &mut String, u: &super::UpstreamConfig) {
         let _ = writeln!(o, "fallback = {}", list(&u.fallback));
     }
     let balance = match u.balance {
-        super::Balance::LeastRequest => "least_request",
-        super::Balance::RoundRobin => "round_robin",
+        crate::balance::Policy::LeastRequest => "least_request",
+        crate::balance::Policy::RoundRobin => "round_robin",
     };
     let h = &u.health;
     let _ = writeln!(

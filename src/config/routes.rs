@@ -10,7 +10,8 @@
 //! healthy endpoint for the file and serve the newest copy; see `proxy::find`) and
 //! `find_timeout` (connect and response head, per endpoint; default 3s).
 
-use super::{msg, upstream_from_raw, Fields, TlsMode, UpstreamConfig};
+use super::listener::upstream_from_raw;
+use super::{msg, Fields, TlsMode, UpstreamConfig};
 use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
@@ -308,7 +309,10 @@ find = "newest"
         assert!(r.plaintext);
         assert_eq!(r.find, Some(Find::Newest));
         assert_eq!(r.find_timeout, DEFAULT_FIND_TIMEOUT);
-        assert_eq!(r.upstream.dns.as_deref(), Some("ironic.metal3.svc:6180"));
+        assert_eq!(
+            r.upstream.dns.as_ref().map(ToString::to_string).as_deref(),
+            Some("ironic.metal3.svc:6180")
+        );
     }
 
     #[test]

@@ -81,7 +81,10 @@ fn parses_the_design_example() {
         c.listeners[0].upstream.local,
         Some(UpstreamAddr::Unix("/run/ironic/json-rpc.sock".into()))
     );
-    assert_eq!(c.listeners[1].upstream.balance, Balance::RoundRobin);
+    assert_eq!(
+        c.listeners[1].upstream.balance,
+        crate::balance::Policy::RoundRobin
+    );
     assert!(c.listeners[1].upstream.tls);
     assert_eq!(
         c.dns.servers,

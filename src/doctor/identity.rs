@@ -122,10 +122,10 @@ pub(super) fn stamp(t: SystemTime) -> String {
 fn ours(cfg: &IdentityConfig) -> Result<Material, String> {
     match &cfg.source {
         IdentitySource::Files { cert, key } => {
-            crate::identity::load_files(cfg, cert, key).map_err(|e| crate::proxy::error_chain(&e))
+            crate::identity::load_files(cfg, cert, key).map_err(|e| crate::error::chain(&e))
         }
         IdentitySource::Issuer(ic) => {
-            crate::identity::rotate::issue(cfg, ic).map_err(|e| crate::proxy::error_chain(&e))
+            crate::identity::rotate::issue(cfg, ic).map_err(|e| crate::error::chain(&e))
         }
     }
 }
@@ -261,7 +261,7 @@ fn check_chain(live: &CertificateDer<'static>, m: &Material, info: &CertInfo, re
         );
         return;
     };
-    let provider = std::sync::Arc::new(crate::tls::provider());
+    let provider = std::sync::Arc::new(crate::crypto::provider());
     let verifier = match rustls::client::WebPkiServerVerifier::builder_with_provider(
         m.roots.clone(),
         provider,

@@ -99,7 +99,7 @@ pub(crate) async fn handshake(
     ours: Option<&Material>,
     roots: Arc<rustls::RootCertStore>,
 ) -> Result<(Tls, Presented), StepError> {
-    let provider = Arc::new(crate::tls::provider());
+    let provider = Arc::new(crate::crypto::provider());
     let inner = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
         .build()
         .map_err(|e| format!("trust bundle unusable: {e}"))?;
@@ -124,7 +124,7 @@ pub(crate) async fn handshake(
     let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
     let tls = match tokio::time::timeout(STEP_TIMEOUT, connector.connect(server_name, tcp)).await {
         Err(_) => return Err(format!("no TLS handshake within {STEP_TIMEOUT:?}")),
-        Ok(Err(e)) => return Err(crate::proxy::error_chain(&e)),
+        Ok(Err(e)) => return Err(crate::error::chain(&e)),
         Ok(Ok(t)) => t,
     };
     let presented = recorder
@@ -182,7 +182,7 @@ pub(crate) async fn get<S: AsyncRead + AsyncWrite + Unpin>(
         Err(_) => return Err(format!("no HTTP answer within {STEP_TIMEOUT:?}")),
         // A close after a complete answer (TLS without close_notify) is not a failure.
         Ok(Err(e)) if !matches!(e.kind(), std::io::ErrorKind::UnexpectedEof) => {
-            return Err(crate::proxy::error_chain(&e))
+            return Err(crate::error::chain(&e))
         }
         Ok(Err(_)) => Vec::new(),
         Ok(Ok(b)) => b,
@@ -190,9 +190,8 @@ pub(crate) async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     let round_trip = start.elapsed();
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
-    let head_len = match resp.parse(&buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        _ => return Err("no complete HTTP answer".to_owned()),
+    let Ok(httparse::Status::Complete(head_len)) = resp.parse(&buf) else {
+        return Err("no complete HTTP answer".to_owned());
     };
     let date = resp
         .headers

@@ -26,13 +26,9 @@ pub(super) async fn check(
     if let Some(local) = &up.local {
         check_local(&format!("{base}.local"), local, report).await;
     }
-    let Some(dns) = &up.dns else { return };
+    let Some(target) = &up.dns else { return };
     let name = format!("{base}.dns");
-    let target: Target = match dns.parse() {
-        Ok(t) => t,
-        Err(e) => return report.fail(name, e.to_string()),
-    };
-    let peers = match resolve(&config.dns.servers, &target).await {
+    let peers = match resolve(&config.dns.servers, target).await {
         Ok(p) => p,
         Err(e) => return report.fail(name, format!("{target}: {e}")),
     };
@@ -132,7 +128,7 @@ async fn resolve(
 
 fn lookup_error(e: &LookupError) -> String {
     match e {
-        LookupError::Failed(f) => format!("no answer from DNS: {}", crate::proxy::error_chain(f)),
+        LookupError::Failed(f) => format!("no answer from DNS: {}", crate::error::chain(f)),
         other => other.to_string(),
     }
 }

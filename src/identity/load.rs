@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: PathBuf,
         #[source]
@@ -16,7 +16,7 @@ pub enum LoadError {
     },
     #[error("{path}: no PEM CERTIFICATE found")]
     NoCertificate { path: PathBuf },
-    #[error("{path}: invalid PEM: {source}")]
+    #[error("{path}: invalid PEM")]
     Pem {
         path: PathBuf,
         #[source]
@@ -24,10 +24,14 @@ pub enum LoadError {
     },
     #[error("{path}: no PEM private key found")]
     NoKey { path: PathBuf },
-    #[error("{path}: certificate cannot be parsed: {reason}")]
-    Parse { path: PathBuf, reason: String },
-    #[error("{path}: no usable CA certificate in the trust bundle ({reason})")]
-    Trust { path: PathBuf, reason: String },
+    #[error("{path}: certificate cannot be parsed")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: x509_parser::nom::Err<x509_parser::error::X509Error>,
+    },
+    #[error("{path}: no usable CA certificate in the trust bundle ({rejected} rejected)")]
+    Trust { path: PathBuf, rejected: usize },
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
@@ -70,7 +74,7 @@ pub(crate) fn validity(
 ) -> Result<(SystemTime, SystemTime, String), LoadError> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| LoadError::Parse {
         path: path.to_owned(),
-        reason: e.to_string(),
+        source: e,
     })?;
     let to_time = |t: x509_parser::time::ASN1Time| {
         let secs = t.timestamp();
@@ -133,7 +137,7 @@ pub fn load_trust(path: &Path) -> Result<(RootCertStore, String), LoadError> {
     if added == 0 {
         return Err(LoadError::Trust {
             path: path.to_owned(),
-            reason: format!("{ignored} certificate(s) rejected"),
+            rejected: ignored,
         });
     }
     Ok((roots, String::from_utf8_lossy(&bytes).into_owned()))

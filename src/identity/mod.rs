@@ -13,11 +13,12 @@
 pub mod expiry;
 pub mod export;
 mod load;
+mod options;
 pub mod rotate;
 
 pub use load::{load_chain, load_key, load_trust, LoadError};
+pub use options::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 
-use crate::config::{IdentityConfig, IdentitySource};
 use crate::metrics::{Metrics, ReloadLabels};
 use rustls::sign::CertifiedKey;
 use rustls::RootCertStore;
@@ -61,13 +62,13 @@ pub enum IdentityError {
     #[error(transparent)]
     Load(#[from] LoadError),
     /// A file named by a config key could not be loaded; the key leads the message.
-    #[error("{key}: {source}")]
+    #[error("{key}: cannot load")]
     File {
         key: &'static str,
         #[source]
         source: LoadError,
     },
-    #[error("identity.cert {cert} does not match identity.key {key}: {source}")]
+    #[error("identity.cert {cert} does not match identity.key {key}")]
     KeyMismatch {
         cert: PathBuf,
         key: PathBuf,
@@ -140,7 +141,7 @@ pub fn load_files(
     let chain = load_chain(cert).map_err(file("identity.cert"))?;
     let key_der = load_key(key).map_err(file("identity.key"))?;
     let (roots, trust_pem) = load_trust(&cfg.trust).map_err(file("identity.trust"))?;
-    let provider = crate::tls::provider();
+    let provider = crate::crypto::provider();
     let certified =
         CertifiedKey::from_der(chain.certs.clone(), key_der.key, &provider).map_err(|source| {
             IdentityError::KeyMismatch {
@@ -207,7 +208,7 @@ impl FileWatcher {
                     self.tx.send_replace(Arc::new(m));
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "identity reload failed; keeping the current certificate");
+                    tracing::warn!(error = %crate::error::chain(&e), "identity reload failed; keeping the current certificate");
                     self.metrics.reload_failures.get_or_create(&labels).inc();
                 }
             }

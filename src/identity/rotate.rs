@@ -10,7 +10,7 @@
 
 use super::export::{write_atomic, ExportOptions};
 use super::{load_trust, record_expiry, LoadError, Material};
-use crate::config::{ExportConfig, IdentityConfig, IssuerConfig};
+use super::{ExportConfig, IdentityConfig, IssuerConfig};
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::pki::{issue_leaf, Issuer, LeafRequest, PkiError};
 use rustls::client::danger::ServerCertVerifier;
@@ -22,17 +22,21 @@ use tokio::sync::{watch, Notify};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RotateError {
-    #[error("identity.issuer_cert/issuer_key: {0}")]
+    #[error("identity.issuer_cert/issuer_key: unusable issuer")]
     Issuer(#[source] PkiError),
-    #[error("identity.dns_names/ip_addresses: {0}")]
+    #[error("identity.dns_names/ip_addresses: cannot issue the certificate")]
     Issue(#[source] PkiError),
     #[error(transparent)]
     Trust(#[from] LoadError),
-    #[error("identity: the issued certificate does not verify against identity.trust: {0}")]
+    #[error("identity: the issued certificate does not verify against identity.trust")]
     Verify(#[source] rustls::Error),
-    #[error("identity: {0}")]
+    #[error("identity: cannot build a verifier from identity.trust")]
+    Verifier(#[source] rustls::client::VerifierBuilderError),
+    #[error("identity: the first SAN is not a name a client can verify")]
+    Name(#[source] rustls_pki_types::InvalidDnsNameError),
+    #[error("identity: the issued certificate and key do not form a TLS identity")]
     Tls(#[source] rustls::Error),
-    #[error("identity.export_dir {dir}: {source}")]
+    #[error("identity.export_dir {dir}: cannot export")]
     Export {
         dir: std::path::PathBuf,
         #[source]
@@ -62,7 +66,7 @@ pub fn issue(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<Material, Rotate
     }
     let roots = Arc::new(roots);
     verify(&roots, &chain, &req)?;
-    let provider = crate::tls::provider();
+    let provider = crate::crypto::provider();
     let certified =
         CertifiedKey::from_der(chain, leaf.key_der, &provider).map_err(RotateError::Tls)?;
     Ok(Material {
@@ -84,29 +88,28 @@ fn verify(
     chain: &[CertificateDer<'static>],
     req: &LeafRequest,
 ) -> Result<(), RotateError> {
-    let provider = Arc::new(crate::tls::provider());
+    let provider = Arc::new(crate::crypto::provider());
     let now = UnixTime::now();
     let client = rustls::server::WebPkiClientVerifier::builder_with_provider(
         roots.clone(),
         provider.clone(),
     )
     .build()
-    .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    .map_err(RotateError::Verifier)?;
     client
         .verify_client_cert(&chain[0], &chain[1..], now)
         .map_err(RotateError::Verify)?;
     let server =
         rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider)
             .build()
-            .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+            .map_err(RotateError::Verifier)?;
     let name = req
         .dns_names
         .first()
         .cloned()
         .or_else(|| req.ip_addresses.first().map(ToString::to_string))
         .unwrap_or_default();
-    let name = ServerName::try_from(name)
-        .map_err(|e| RotateError::Verify(rustls::Error::General(e.to_string())))?;
+    let name = ServerName::try_from(name).map_err(RotateError::Name)?;
     server
         .verify_server_cert(&chain[0], &chain[1..], &name, &[], now)
         .map_err(RotateError::Verify)?;
@@ -225,7 +228,7 @@ impl Rotator {
                         if let Err(err) = export(e, &m) {
                             // Keep serving the new certificate: Ironic keeps the last exported
                             // pair, which stays valid until its own expiry.
-                            tracing::warn!(error = %crate::proxy::error_chain(&err), "export failed");
+                            tracing::warn!(error = %crate::error::chain(&err), "export failed");
                             self.metrics
                                 .reload_failures
                                 .get_or_create(&ReloadLabels { what: "export" })
@@ -240,7 +243,7 @@ impl Rotator {
                     backoff = Duration::from_secs(1);
                 }
                 Err(err) => {
-                    tracing::warn!(error = %crate::proxy::error_chain(&err), reason = why, retry_in = ?backoff,
+                    tracing::warn!(error = %crate::error::chain(&err), reason = why, retry_in = ?backoff,
                         "renewal failed; keeping the current certificate");
                     self.metrics.certificate_renewal_failures.inc();
                     due = tokio::time::Instant::now() + backoff;

@@ -19,10 +19,10 @@ pub(super) trait Graceful: Future {
 
 impl<I, S> Graceful for http1::Connection<I, S>
 where
-    http1::Connection<I, S>: Future,
+    Self: Future,
     S: hyper::service::HttpService<
         hyper::body::Incoming,
-        ResBody = crate::proxy::body::ResponseBody,
+        ResBody = crate::proxy::response::ResponseBody,
     >,
     I: hyper::rt::Read + hyper::rt::Write + Unpin,
 {
@@ -33,10 +33,10 @@ where
 
 impl<I, S, E> Graceful for http2::Connection<I, S, E>
 where
-    http2::Connection<I, S, E>: Future,
+    Self: Future,
     S: hyper::service::HttpService<
         hyper::body::Incoming,
-        ResBody = crate::proxy::body::ResponseBody,
+        ResBody = crate::proxy::response::ResponseBody,
     >,
     I: hyper::rt::Read + hyper::rt::Write + Unpin,
     E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,

@@ -10,16 +10,18 @@
 mod conn;
 mod drive;
 mod guard;
+mod io;
 mod sniff;
 
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
 use crate::proxy::{ConnInfo, Proxy};
 use crate::tls::{ClientIdentity, ReloadableServer};
-use conn::{Activity, ConnClock, Http1};
+use conn::ConnClock;
 use drive::Drive;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use io::{Activity, Http1, RefusedHead};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::convert::Infallible;
@@ -34,9 +36,22 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 
+/// The proxy's answer to a refused head on one connection: the one place the connection's
+/// byte stream reaches the proxy.
+struct ProxyAnswers {
+    proxy: Arc<Proxy>,
+    info: Arc<ConnInfo>,
+}
+
+impl RefusedHead for ProxyAnswers {
+    fn answer(&self, status: http::StatusCode, date_line: Option<&[u8]>) -> Vec<u8> {
+        self.proxy.refused_head(&self.info, status, date_line)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
-    #[error("listener {name:?}: cannot bind {addr}: {source}")]
+    #[error("listener {name:?}: cannot bind {addr}")]
     Bind {
         name: String,
         addr: String,
@@ -336,7 +351,12 @@ impl Listener {
         // HTTP/1.1 only: HTTP/2 frames its messages itself.
         let framing = (!h2).then(|| guard::Guard::new(limits.header_bytes));
         let info = Arc::new(info);
-        let http1 = (!h2).then(|| Http1::new(proxy.clone(), info.clone()));
+        let http1 = (!h2).then(|| {
+            Http1::new(Box::new(ProxyAnswers {
+                proxy: proxy.clone(),
+                info: info.clone(),
+            }))
+        });
         let svc = Service {
             proxy,
             info,
@@ -411,7 +431,7 @@ struct Service {
 }
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
-    type Response = http::Response<crate::proxy::body::ResponseBody>;
+    type Response = http::Response<crate::proxy::response::ResponseBody>;
     type Error = Infallible;
     // Boxed: hyper keeps a slot for the service's future in every connection, idle or not;
     // boxing makes that slot a pointer instead of the whole forwarding state machine (about
@@ -439,8 +459,9 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
 
 type ServiceFuture = Pin<
     Box<
-        dyn Future<Output = Result<http::Response<crate::proxy::body::ResponseBody>, Infallible>>
-            + Send,
+        dyn Future<
+                Output = Result<http::Response<crate::proxy::response::ResponseBody>, Infallible>,
+            > + Send,
     >,
 >;
 

@@ -99,7 +99,7 @@ fn max_open_files(limits: &str) -> Option<i64> {
 }
 
 impl prometheus_client::collector::Collector for Collector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let s = Sample::read();
         if let Some(v) = s.cpu_seconds {
             let m = ConstCounter::new(v);

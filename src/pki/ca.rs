@@ -26,7 +26,7 @@ pub struct CaSpec {
 
 impl Default for CaSpec {
     fn default() -> Self {
-        CaSpec {
+        Self {
             name: "ironic-proxy CA".to_owned(),
             validity: Duration::from_secs(10 * 31_557_600),
             permit_dns: Vec::new(),

@@ -29,8 +29,8 @@ pub(crate) enum San {
 impl fmt::Display for San {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            San::Dns(name) => write!(f, "DNS:{name}"),
-            San::Ip(ip) => write!(f, "IP:{ip}"),
+            Self::Dns(name) => write!(f, "DNS:{name}"),
+            Self::Ip(ip) => write!(f, "IP:{ip}"),
         }
     }
 }
@@ -79,7 +79,7 @@ impl NameConstraints {
         if dns.is_empty() && ip.is_empty() {
             return None;
         }
-        let mut constraints = NameConstraints::default();
+        let mut constraints = Self::default();
         constraints.permitted.dns = dns.to_vec();
         constraints.permitted.ip = ip.iter().map(IpNet::trunc).collect();
         if dns.is_empty() {
@@ -102,7 +102,7 @@ impl NameConstraints {
                 source,
             })?;
         let Some(ext) = ext else { return Ok(None) };
-        let mut constraints = NameConstraints::default();
+        let mut constraints = Self::default();
         if let Some(subtrees) = &ext.value.permitted_subtrees {
             constraints.permitted = read_subtrees(subtrees)?;
         }

@@ -7,10 +7,9 @@ use std::time::SystemTime;
 use rcgen::KeyPair;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use x509_parser::certificate::X509Certificate;
-use x509_parser::prelude::FromDer;
 
 use super::constraints::NameConstraints;
+use super::der::parse;
 use super::PkiError;
 
 const PEM_BEGIN: &str = "-----BEGIN CERTIFICATE-----";
@@ -36,7 +35,7 @@ impl Issuer {
     /// Errors: no certificate or key found, the key does not match the certificate, the
     /// certificate is not a CA or may not sign certificates, the CA is expired or not yet valid,
     /// or it carries name constraints we cannot honour.
-    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Issuer, PkiError> {
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, PkiError> {
         let cert_der = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
             .next()
             .ok_or(PkiError::NoCertificate)?
@@ -66,14 +65,14 @@ impl Issuer {
         if key_usage.is_some_and(|ku| !ku.value.key_cert_sign()) {
             return Err(PkiError::CaCannotSign);
         }
-        let not_before = super::summary::system_time(cert.validity().not_before.timestamp());
-        let not_after = super::summary::system_time(cert.validity().not_after.timestamp());
+        let not_before = super::der::system_time(cert.validity().not_before.timestamp());
+        let not_after = super::der::system_time(cert.validity().not_after.timestamp());
         let constraints = NameConstraints::from_cert(&cert)?;
         let subject_raw = cert.subject().as_raw().to_vec();
 
         let signer = rcgen::Issuer::from_ca_cert_der(&cert_der, key)
             .map_err(|source| PkiError::Sign { source })?;
-        let issuer = Issuer {
+        let issuer = Self {
             cert_pem: first_pem_block(cert_pem),
             cert_der: cert_der.into_owned(),
             signer,
@@ -87,7 +86,7 @@ impl Issuer {
     }
 
     /// Reads and loads a CA from files; errors name both files.
-    pub fn from_files(cert_path: &Path, key_path: &Path) -> Result<Issuer, PkiError> {
+    pub fn from_files(cert_path: &Path, key_path: &Path) -> Result<Self, PkiError> {
         let read = |path: &Path| {
             std::fs::read_to_string(path).map_err(|source| PkiError::Read {
                 path: path.to_owned(),
@@ -95,7 +94,7 @@ impl Issuer {
             })
         };
         let (cert_pem, key_pem) = (read(cert_path)?, read(key_path)?);
-        Issuer::from_pem(&cert_pem, &key_pem).map_err(|source| PkiError::LoadCa {
+        Self::from_pem(&cert_pem, &key_pem).map_err(|source| PkiError::LoadCa {
             cert: cert_path.to_owned(),
             key: key_path.to_owned(),
             source: Box::new(source),
@@ -148,19 +147,6 @@ impl fmt::Debug for Issuer {
             .field("not_before", &self.not_before)
             .field("not_after", &self.not_after)
             .finish_non_exhaustive()
-    }
-}
-
-/// Parses one DER certificate, mapping the parser's error into ours.
-pub(crate) fn parse(der: &[u8]) -> Result<X509Certificate<'_>, PkiError> {
-    match X509Certificate::from_der(der) {
-        Ok((_, cert)) => Ok(cert),
-        Err(x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e)) => {
-            Err(PkiError::BadCertificate { source: e })
-        }
-        Err(x509_parser::nom::Err::Incomplete(_)) => Err(PkiError::BadCertificate {
-            source: x509_parser::error::X509Error::InvalidCertificate,
-        }),
     }
 }
 

@@ -106,7 +106,7 @@ pub fn issue_leaf(issuer: &Issuer, req: &LeafRequest) -> Result<IssuedLeaf, PkiE
         .signed_by(&key, issuer.signer())
         .map_err(|source| PkiError::Sign { source })?;
 
-    let parsed = super::issuer::parse(cert.der())?;
+    let parsed = super::der::parse(cert.der())?;
     if parsed.issuer().as_raw() != issuer.subject_raw.as_slice() {
         return Err(PkiError::IssuerNameMismatch);
     }

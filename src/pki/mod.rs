@@ -1,7 +1,7 @@
 //! Certificate authority creation, leaf issuance and certificate inspection.
 //!
-//! This module owns every certificate the product mints and everything the `ca` and `cert`
-//! commands do. Issuance is a pure function of a loaded [`Issuer`] and a [`LeafRequest`]: it
+//! This module owns every certificate the product mints; the `ca` and `cert` commands that
+//! write them to files are [`crate::cli::pki`]. Issuance is a pure function of a loaded [`Issuer`] and a [`LeafRequest`]: it
 //! touches no file, so the identity module can call it in memory on every renewal and the key of a
 //! pod's leaf never exists anywhere but in the process (and in `export_dir`, when asked).
 //!
@@ -14,11 +14,12 @@
 //! - Every leaf is ECDSA P-256 with a fresh key, `serverAuth` + `clientAuth`, `digitalSignature`,
 //!   `CA:FALSE`, a random positive serial, and `notBefore` backdated by a minute for clock skew.
 //!
-//! Keys are written by the CLI with mode 0600 from the moment the file exists (see [`run_ca`]).
+//! Keys are written by the CLI with mode 0600 from the moment the file exists (see
+//! [`crate::cli::pki::run_ca`]).
 
 mod ca;
-mod cli;
 mod constraints;
+mod der;
 mod issuer;
 mod leaf;
 mod summary;
@@ -30,7 +31,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use ca::{generate_ca, CaSpec, GeneratedCa};
-pub use cli::{run_ca, run_cert, CaCommand, CaInitArgs, CertCommand, CertIssueArgs, CertShowArgs};
+pub(crate) use der::rfc3339;
 pub use issuer::Issuer;
 pub use leaf::{issue_leaf, IssuedLeaf, LeafRequest};
 pub use summary::{summarize, CertSummary};
@@ -66,13 +67,13 @@ pub enum PkiError {
         cert: PathBuf,
         key: PathBuf,
         #[source]
-        source: Box<PkiError>,
+        source: Box<Self>,
     },
     #[error("{}", path.display())]
     InFile {
         path: PathBuf,
         #[source]
-        source: Box<PkiError>,
+        source: Box<Self>,
     },
     #[error("no PEM CERTIFICATE block found")]
     NoCertificate,
@@ -98,9 +99,9 @@ pub enum PkiError {
     NotCa,
     #[error("CA certificate's keyUsage does not allow keyCertSign")]
     CaCannotSign,
-    #[error("CA certificate expired at {}", summary::rfc3339(*not_after))]
+    #[error("CA certificate expired at {}", der::rfc3339(*not_after))]
     CaExpired { not_after: std::time::SystemTime },
-    #[error("CA certificate is not valid before {}", summary::rfc3339(*not_before))]
+    #[error("CA certificate is not valid before {}", der::rfc3339(*not_before))]
     CaNotYetValid { not_before: std::time::SystemTime },
     #[error("CA certificate has {kind} name constraints, which this tool cannot honour")]
     UnsupportedConstraint { kind: &'static str },

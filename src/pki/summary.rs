@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use x509_parser::extensions::GeneralName;
 use x509_parser::oid_registry::{
@@ -11,7 +11,7 @@ use x509_parser::oid_registry::{
 };
 use x509_parser::public_key::PublicKey;
 
-use super::issuer::parse;
+use super::der::{parse, rfc3339, system_time};
 use super::PkiError;
 
 /// The fields of one certificate that an operator checks.
@@ -153,22 +153,4 @@ fn key_type(spki: &x509_parser::x509::SubjectPublicKeyInfo<'_>) -> String {
         return "Ed25519".to_owned();
     }
     format!("unknown ({alg})")
-}
-
-/// A certificate time (seconds since the epoch, possibly negative) as a `SystemTime`.
-pub(crate) fn system_time(unix: i64) -> SystemTime {
-    let magnitude = Duration::from_secs(unix.unsigned_abs());
-    if unix >= 0 {
-        UNIX_EPOCH + magnitude
-    } else {
-        UNIX_EPOCH - magnitude
-    }
-}
-
-pub(crate) fn rfc3339(t: SystemTime) -> String {
-    // humantime cannot format times before the epoch; no certificate we care about has one.
-    if t < UNIX_EPOCH {
-        return "before 1970".to_owned();
-    }
-    humantime::format_rfc3339_seconds(t).to_string()
 }

@@ -1,6 +1,6 @@
 //! The one place where a failure becomes a status code and the proxy's own short JSON body.
 
-use super::body::ResponseBody;
+use super::response::ResponseBody;
 use http::{header, HeaderValue, Response, StatusCode};
 
 /// Who failed, recorded in the access log next to the status.
@@ -33,8 +33,13 @@ pub enum ProxyError {
     BodyTooLarge(u64),
     #[error("forwarding loop detected")]
     Loop,
-    #[error("upstream refused or broke the connection: {0}")]
-    BadGateway(String),
+    #[error("upstream {endpoint} failed")]
+    BadGateway {
+        /// The endpoint (`local`, a peer's address) or `find` for a fan-out.
+        endpoint: std::sync::Arc<str>,
+        #[source]
+        cause: Gateway,
+    },
     #[error("no healthy upstream")]
     NoUpstream,
     #[error("draining")]
@@ -49,6 +54,31 @@ pub enum ProxyError {
     NotFound,
 }
 
+/// How an upstream failed a request.
+#[derive(Debug, thiserror::Error)]
+pub enum Gateway {
+    #[error("the request could not be sent or its answer read")]
+    Send(#[source] super::upstream::SendError),
+    #[error("response head over header_bytes")]
+    HeadTooLarge,
+    /// We never ask for an upgrade (Upgrade is stripped), so a 101 is a broken upstream.
+    #[error("unsolicited 101 Switching Protocols")]
+    Unsolicited101,
+    /// A 502, 503 or 504 held back for a retry that could not follow.
+    #[error("answered {0}")]
+    Answered(u16),
+    /// No endpoint of a `find` route had the file and some failed: one line per failure (an
+    /// aggregate of several endpoints' errors, so text rather than one source).
+    #[error(
+        "no endpoint has it, {failed} failed, {unavailable} unavailable (not asked): {detail}"
+    )]
+    Find {
+        failed: usize,
+        unavailable: usize,
+        detail: String,
+    },
+}
+
 impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
@@ -61,7 +91,7 @@ impl ProxyError {
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Loop => StatusCode::LOOP_DETECTED,
-            Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            Self::BadGateway { .. } => StatusCode::BAD_GATEWAY,
             Self::NoUpstream | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
             Self::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::PlainHttp => StatusCode::FORBIDDEN,
@@ -84,7 +114,7 @@ impl ProxyError {
             | Self::PlainHttp
             | Self::MethodNotAllowed(_)
             | Self::NotFound => Blame::Client,
-            Self::BadGateway(_) | Self::GatewayTimeout => Blame::Upstream,
+            Self::BadGateway { .. } | Self::GatewayTimeout => Blame::Upstream,
             Self::NoUpstream | Self::Draining => Blame::Proxy,
         }
     }
@@ -101,7 +131,7 @@ impl ProxyError {
             Self::BodyTimeout => "request_timeout",
             Self::BodyTooLarge(_) => "payload_too_large",
             Self::Loop => "loop_detected",
-            Self::BadGateway(_) => "bad_gateway",
+            Self::BadGateway { .. } => "bad_gateway",
             Self::NoUpstream => "no_healthy_upstream",
             Self::Draining => "draining",
             Self::GatewayTimeout => "gateway_timeout",
@@ -114,7 +144,7 @@ impl ProxyError {
     /// The message of the JSON body. Upstream details stay in the log, not the body.
     fn message(&self) -> String {
         match self {
-            Self::BadGateway(_) => "upstream refused or broke the connection".to_owned(),
+            Self::BadGateway { .. } => "upstream refused or broke the connection".to_owned(),
             other => other.to_string(),
         }
     }

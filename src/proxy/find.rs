@@ -23,9 +23,10 @@
 //! - Loop safety: fan-out requests carry our `Via` like every forwarded request; a proxy that
 //!   receives one asks its `local` endpoint only (`find_members`).
 
-use super::body::{RequestBody, ResponseBody};
+use super::body::RequestBody;
 use super::headers;
 use super::pool::{Member, Pool};
+use super::response::ResponseBody;
 use super::upstream::Lease;
 use super::ProxyError;
 use crate::metrics::{FindLabels, Metrics};
@@ -155,7 +156,7 @@ impl Finder {
                 }
                 Ok(Err(e)) => {
                     member.health.record_passive_failure(Instant::now());
-                    Answer::Failed(format!("{}: {}", endpoint.name, super::error_chain(&e)))
+                    Answer::Failed(format!("{}: {}", endpoint.name, crate::error::chain(&e)))
                 }
                 Ok(Ok((resp, lease))) => {
                     let status = resp.status();
@@ -213,11 +214,14 @@ impl Finder {
                 return Err(ProxyError::NotFound);
             }
             self.outcomes.failed.inc();
-            return Err(ProxyError::BadGateway(format!(
-                "find: no endpoint has it, {} failed, {unavailable} unavailable (not asked): {}",
-                failures.len(),
-                failures.join("; ")
-            )));
+            return Err(ProxyError::BadGateway {
+                endpoint: "find".into(),
+                cause: super::Gateway::Find {
+                    failed: failures.len(),
+                    unavailable,
+                    detail: failures.join("; "),
+                },
+            });
         };
         let mut chosen = None;
         for (i, a) in answers.into_iter().enumerate() {

@@ -1,7 +1,7 @@
 //! The access log line and request metrics, written when a response ends.
 
-use super::body::OnEnd;
 use super::jsonrpc;
+use super::response::OnEnd;
 use super::{Blame, ConnInfo};
 use crate::metrics::{JsonRpcLabels, JsonRpcMethodLabels, ListenerLabels, Metrics, RequestLabels};
 use crate::tls::ClientIdentity;

@@ -6,6 +6,7 @@
 //! malformed body then never ties up or reaches an Ironic worker, and a buffered request can be
 //! retried on another endpoint. Larger bodies are streamed through a size and time limit.
 
+mod admit;
 pub mod body;
 mod error;
 pub mod find;
@@ -13,23 +14,25 @@ pub mod headers;
 pub mod jsonrpc;
 mod log;
 pub mod pool;
+pub mod response;
+mod retry;
 pub mod route;
 pub mod upstream;
 
-pub use error::{json_response, Blame, ProxyError};
+pub use error::{json_response, Blame, Gateway, ProxyError};
 
 use crate::config::Limits;
 use crate::metrics::Metrics;
 use crate::tls::ClientIdentity;
-use body::{CutSlot, Limited, RequestBody, ResponseBody};
+use body::{CutSlot, Limited, RequestBody};
 use bytes::Bytes;
 use headers::Framing;
 use http::{header, HeaderValue, Request, Response, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use pool::{Pool, Slot};
-use smallvec::SmallVec;
+use pool::Pool;
+use response::ResponseBody;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -138,10 +141,11 @@ impl Proxy {
                 resp
             }
             Err(e) => {
+                let error = crate::error::chain(&e);
                 if e.blame() != Blame::Client {
-                    tracing::warn!(listener = %self.listener, error = %e, "request failed");
+                    tracing::warn!(listener = %self.listener, %error, "request failed");
                 } else {
-                    tracing::debug!(listener = %self.listener, error = %e, "request refused");
+                    tracing::debug!(listener = %self.listener, %error, "request refused");
                 }
                 record.blame = Some(e.blame());
                 e.to_response()
@@ -176,7 +180,7 @@ impl Proxy {
             self.listener_metrics.clone(),
             e.status().as_u16(),
         );
-        body::OnEnd::on_end(&mut record, body.len() as u64, true);
+        response::OnEnd::on_end(&mut record, body.len() as u64, true);
         error::refused_head_response(e.status(), &body, date_line)
     }
 
@@ -186,41 +190,7 @@ impl Proxy {
         conn: &ConnInfo,
         rpc_method: &mut Option<&'static str>,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
-        if let Some(FramingRefused(why)) = req.extensions().get::<FramingRefused>() {
-            return Err(ProxyError::BadRequest(why));
-        }
-        if !conn.allowed {
-            return Err(ProxyError::Forbidden);
-        }
-        // hyper's `max_buf_size` is only checked between reads, so a head up to about twice
-        // `header_bytes` can arrive whole in one read and pass; this makes the limit exact.
-        if head_size(&req) > self.limits.header_bytes {
-            return Err(ProxyError::HeadTooLarge(self.limits.header_bytes));
-        }
-        // We are a reverse proxy: no tunnels, and only origin-form (or absolute-form) targets.
-        if req.method() == http::Method::CONNECT {
-            return Err(ProxyError::BadRequest("CONNECT is not supported"));
-        }
-        if !req.uri().path().starts_with('/') {
-            return Err(ProxyError::BadRequest("request target must be a path"));
-        }
-        // http accepts raw UTF-8 in a target; a URI is ASCII (RFC 3986 §2, RFC 9112 §3.2), and
-        // Ironic's WSGI server would decode such bytes its own way. Userinfo in an
-        // absolute-form target is an error too (RFC 9110 §4.2.4).
-        let target_ok = req
-            .uri()
-            .path_and_query()
-            .is_none_or(|pq| pq.as_str().bytes().all(|b| b.is_ascii_graphic()));
-        if !target_ok {
-            return Err(ProxyError::BadRequest("request target must be ASCII"));
-        }
-        if req
-            .uri()
-            .authority()
-            .is_some_and(|a| a.as_str().contains('@'))
-        {
-            return Err(ProxyError::BadRequest("userinfo in the request target"));
-        }
+        admit::check(&req, conn, &self.limits)?;
         // Routes first: a request over plain HTTP that may not be served that way gets its 403
         // before any 401 could invite a client to send its password in clear.
         let (decision, plaintext_route) = match &self.routes {
@@ -300,144 +270,7 @@ impl Proxy {
             // GET and HEAD only; a body sent with one is not forwarded.
             route::Decision::Find(finder) => return finder.find(parts, via_proxy).await,
         };
-        self.send_with_retries(parts, body, via_proxy, &cut, upstream)
-            .await
-    }
-
-    /// Sends to the picked endpoint, retrying on another one as docs/reference.md says: any request that
-    /// failed before a byte reached an upstream (connect refused or timed out, TLS failure), and
-    /// GET, HEAD and OPTIONS also after a reset, a timeout or a 502/503/504 answer; never a
-    /// streamed body, never past `upstream_timeout` counted from the first try.
-    async fn send_with_retries(
-        &self,
-        mut parts: http::request::Parts,
-        mut body: RequestBody,
-        via_proxy: bool,
-        cut: &CutSlot,
-        upstream: &Pool,
-    ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
-        let deadline = Instant::now() + self.limits.upstream_timeout;
-        let replayable_method = headers::is_replayable(&parts.method);
-        let mut tried: SmallVec<[Slot; 4]> = SmallVec::new();
-        let mut last_err: Option<ProxyError> = None;
-        let max = self.limits.max_body_bytes;
-        loop {
-            let Some((slot, member)) = upstream.pick(&tried, via_proxy) else {
-                return Err(last_err.unwrap_or(ProxyError::NoUpstream));
-            };
-            let role = usize::from(!matches!(slot, Slot::Local));
-            tried.push(slot);
-            let attempts_left = tried.len() <= upstream.retries as usize;
-            // Keep what another try needs only when one can follow: tries are left and another
-            // endpoint exists (a sidecar's lone `local` has none, so its requests are never
-            // copied).
-            let spare = if attempts_left && upstream.has_alternative(&tried, via_proxy) {
-                body.try_clone()
-            } else {
-                None
-            };
-            let head = if spare.is_some() {
-                let mut copy = Request::new(());
-                *copy.method_mut() = parts.method.clone();
-                *copy.uri_mut() = parts.uri.clone();
-                *copy.version_mut() = parts.version;
-                *copy.headers_mut() = parts.headers.clone();
-                copy.into_parts().0
-            } else {
-                let mut taken = Request::new(()).into_parts().0;
-                std::mem::swap(&mut taken, &mut parts);
-                taken.extensions = http::Extensions::new();
-                taken
-            };
-            let req = Request::from_parts(head, std::mem::replace(&mut body, RequestBody::empty()));
-            let endpoint = &member.endpoint;
-            let sent = Instant::now();
-            let outcome = tokio::time::timeout_at(deadline, endpoint.send(req)).await;
-            if let Ok(Ok(_)) = &outcome {
-                self.upstream_latency[role].observe(sent.elapsed().as_secs_f64());
-            }
-            let (err, retry_ok) = match outcome {
-                Err(_) => {
-                    member.health.record_passive_failure(Instant::now());
-                    (ProxyError::GatewayTimeout, false)
-                }
-                Ok(Err(e)) => {
-                    if let Some(e) = cut_error(cut, max) {
-                        return Err(e);
-                    }
-                    member.health.record_passive_failure(Instant::now());
-                    self.count_peer_tls_failure(&e, &upstream.name);
-                    let before_send = e.is_connect();
-                    (
-                        ProxyError::BadGateway(format!("{}: {}", endpoint.name, error_chain(&e))),
-                        before_send || replayable_method,
-                    )
-                }
-                Ok(Ok((resp, _)))
-                    if headers::head_len(resp.headers()) > self.limits.header_bytes =>
-                {
-                    // hyper's read buffer bound lets a head that arrives in one read through;
-                    // hold the upstream to the same header_bytes as clients.
-                    member.health.record_passive_failure(Instant::now());
-                    (
-                        ProxyError::BadGateway(format!(
-                            "{}: response head over header_bytes",
-                            endpoint.name
-                        )),
-                        replayable_method,
-                    )
-                }
-                Ok(Ok((resp, _))) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
-                    // We never ask for an upgrade (Upgrade is stripped), so a 101 is a broken
-                    // upstream; relaying it would hand the client a raw tunnel.
-                    (
-                        ProxyError::BadGateway(format!("{}: unsolicited 101", endpoint.name)),
-                        false,
-                    )
-                }
-                Ok(Ok((resp, lease))) => {
-                    let status = resp.status().as_u16();
-                    let gateway_error = matches!(status, 502..=504);
-                    if gateway_error {
-                        member.health.record_passive_failure(Instant::now());
-                    } else {
-                        member.health.record_passive_success();
-                    }
-                    // Held back for another try only when one can follow (`spare`: tries left,
-                    // another endpoint, a replayable body); a lone endpoint's 503 is relayed
-                    // as it is, not turned into our 502.
-                    let more = spare.is_some() && Instant::now() < deadline;
-                    if !(gateway_error && replayable_method && more) {
-                        let mut resp = resp;
-                        let version = resp.version();
-                        headers::rewrite_response(resp.headers_mut(), version);
-                        let (p, b) = resp.into_parts();
-                        return Ok((
-                            Response::from_parts(p, ResponseBody::upstream(b, lease)),
-                            endpoint.label().clone(),
-                        ));
-                    }
-                    tracing::info!(upstream = %upstream.name, endpoint = %endpoint.name, status, "retrying on another endpoint");
-                    (
-                        ProxyError::BadGateway(format!("{}: answered {status}", endpoint.name)),
-                        true,
-                    )
-                }
-            };
-            match spare {
-                Some(again) if retry_ok && attempts_left && Instant::now() < deadline => {
-                    self.metrics
-                        .upstream_retries
-                        .get_or_create(&crate::metrics::UpstreamLabels {
-                            upstream: upstream.name.clone(),
-                        })
-                        .inc();
-                    body = again;
-                    last_err = Some(err);
-                }
-                _ => return Err(err),
-            }
-        }
+        retry::send(self, parts, body, via_proxy, &cut, upstream).await
     }
 
     fn count_peer_tls_failure(&self, e: &upstream::SendError, upstream: &str) {
@@ -452,18 +285,6 @@ impl Proxy {
                 .inc();
         }
     }
-}
-
-/// The size of a request head as HTTP/1.1 writes it: request line, `name: value\r\n` per
-/// field, and the blank line.
-fn head_size<B>(req: &Request<B>) -> usize {
-    let target = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
-    let fields: usize = req
-        .headers()
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
-    req.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len() + fields + 2
 }
 
 /// Reads a body of unknown length into memory until it ends (a buffered body) or passes
@@ -501,30 +322,6 @@ fn cut_error(cut: &CutSlot, max: u64) -> Option<ProxyError> {
         body::BodyCut::Timeout => ProxyError::BodyTimeout,
         body::BodyCut::Client => ProxyError::BadRequest("malformed or incomplete request body"),
     })
-}
-
-/// `a: b: c` from an error and its sources.
-/// Always one line: multi-line messages (TOML's caret diagrams) keep their first line only.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let first_line = |e: &dyn std::error::Error| {
-        let text = e.to_string();
-        text.lines()
-            .next()
-            .unwrap_or_default()
-            .trim_end()
-            .to_owned()
-    };
-    let mut s = first_line(e);
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let part = first_line(c);
-        if !part.is_empty() && !s.contains(&part) {
-            s.push_str(": ");
-            s.push_str(&part);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 /// An empty body, for responses that have none.

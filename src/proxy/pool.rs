@@ -11,12 +11,11 @@
 
 use super::upstream::Endpoint;
 use crate::balance::{run_checks, Health, HealthOptions, Load, Picker};
-use crate::config::{HealthConfig, UpstreamAddr};
+use crate::config::UpstreamAddr;
 use crate::discovery::{self, EndpointSet};
 use crate::metrics::{EndpointHealthLabels, EndpointLabels, Metrics, PeerTlsLabels};
 use crate::tls::peer::PeerTls;
 use arc_swap::ArcSwap;
-use rustls::ClientConfig;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -64,6 +63,8 @@ pub struct Pool {
     has_dns: bool,
     picker: Picker,
     pub retries: u32,
+    /// `ironic_proxy_upstream_retries_total` of this upstream, resolved once.
+    pub retried: prometheus_client::metrics::counter::Counter,
 }
 
 /// How to build the pool's endpoints.
@@ -71,9 +72,9 @@ pub struct PoolOptions {
     pub name: String,
     pub local: Option<UpstreamAddr>,
     pub dns: Option<watch::Receiver<EndpointSet>>,
-    pub peer_tls: Option<Arc<ArcSwap<ClientConfig>>>,
-    pub balance: crate::config::Balance,
-    pub health: HealthConfig,
+    pub peer_tls: Option<Arc<crate::tls::ReloadableClient>>,
+    pub balance: crate::balance::Policy,
+    pub health: HealthOptions,
     pub retries: u32,
     pub max_response_head: usize,
     pub metrics: Metrics,
@@ -93,22 +94,12 @@ impl PoolOptions {
             local: Some(addr),
             dns: None,
             peer_tls: None,
-            balance: crate::config::Balance::LeastRequest,
-            health: HealthConfig::default(),
+            balance: crate::balance::Policy::LeastRequest,
+            health: HealthOptions::default(),
             retries: 2,
             max_response_head,
             metrics,
         }
-    }
-}
-
-fn health_options(h: &HealthConfig) -> HealthOptions {
-    HealthOptions {
-        path: h.path.clone(),
-        interval: h.interval,
-        timeout: h.timeout,
-        unhealthy_after: h.unhealthy_after,
-        healthy_after: h.healthy_after,
     }
 }
 
@@ -122,7 +113,7 @@ struct CheckerMetrics {
 fn spawn_checker(
     endpoint: &Arc<Endpoint>,
     health: &Arc<Health>,
-    h: &HealthConfig,
+    h: &HealthOptions,
     m: &CheckerMetrics,
 ) -> JoinHandle<()> {
     let ep = endpoint.clone();
@@ -132,7 +123,7 @@ fn spawn_checker(
     // one warning per run of failures (the counter has every one).
     let last_tls: Arc<std::sync::Mutex<Option<&'static str>>> = Arc::default();
     let span = tracing::info_span!("health", endpoint = %endpoint.name);
-    let fut = run_checks(health.clone(), health_options(h), move || {
+    let fut = run_checks(health.clone(), h.clone(), move || {
         let (ep, path, m, last_tls) = (ep.clone(), path.clone(), m.clone(), last_tls.clone());
         async move {
             let outcome = ep.probe(&path).await;
@@ -155,7 +146,7 @@ fn spawn_checker(
                     tracing::warn!(upstream = %m.upstream, reason, error = %t, "peer TLS failed; health check fails");
                 }
             } else if let Err(e) = &outcome {
-                tracing::debug!(error = %super::error_chain(e), "health check failed");
+                tracing::debug!(error = %crate::error::chain(e), "health check failed");
             }
             *last = tls.map(|(reason, _)| reason);
             outcome.unwrap_or(false)
@@ -203,11 +194,15 @@ impl Pool {
             local,
             peers: ArcSwap::from_pointee(Vec::new()),
             has_dns,
-            picker: Picker::new(match opts.balance {
-                crate::config::Balance::LeastRequest => crate::balance::Policy::LeastRequest,
-                crate::config::Balance::RoundRobin => crate::balance::Policy::RoundRobin,
-            }),
+            picker: Picker::new(opts.balance),
             retries: opts.retries,
+            retried: opts
+                .metrics
+                .upstream_retries
+                .get_or_create(&crate::metrics::UpstreamLabels {
+                    upstream: opts.name.clone(),
+                })
+                .clone(),
         });
         if let Some(rx) = opts.dns {
             tokio::spawn(follow(
@@ -338,8 +333,8 @@ impl Pool {
 async fn follow(
     pool: std::sync::Weak<Pool>,
     mut rx: watch::Receiver<EndpointSet>,
-    tls: Option<Arc<ArcSwap<ClientConfig>>>,
-    health: HealthConfig,
+    tls: Option<Arc<crate::tls::ReloadableClient>>,
+    health: HealthOptions,
     max_head: usize,
     metrics: CheckerMetrics,
 ) {

@@ -161,10 +161,10 @@ impl Connector {
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// No connection could be made (refused, timed out, TLS failed): nothing was sent.
-    #[error("connect: {0}")]
+    #[error("cannot connect")]
     Connect(#[source] io::Error),
     /// The connection failed after the request was handed to it.
-    #[error("upstream connection: {0}")]
+    #[error("the upstream connection failed")]
     Http(#[source] hyper::Error),
 }
 

@@ -9,41 +9,35 @@
 pub mod allow;
 mod client_id;
 pub mod peer;
-pub mod policy;
 
 pub use client_id::ClientIdentity;
 
-use crate::config::TlsMode;
+use crate::crypto::{policy, provider};
 use crate::identity::Material;
 use arc_swap::ArcSwap;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How a listener speaks TLS (`tls` of a listener).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsMode {
+    None,
+    Server,
+    Mutual,
+    /// TLS for clients that start a handshake, plain HTTP (restricted to `plaintext` routes)
+    /// for the others; decided from the connection's first byte.
+    Optional,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot build the client certificate verifier: {0}")]
+    #[error("cannot build the client certificate verifier")]
     Verifier(#[source] rustls::server::VerifierBuilderError),
-    #[error("TLS configuration: {0}")]
+    #[error("invalid TLS configuration")]
     Config(#[source] rustls::Error),
-}
-
-/// The process-wide crypto provider, restricted to the `[tls]` policy.
-pub fn provider() -> rustls::crypto::CryptoProvider {
-    let mut p = base_provider();
-    policy::current().apply(&mut p);
-    p
-}
-
-/// True when every algorithm in use comes from the FIPS-validated AWS-LC module (a build with
-/// the `fips` feature; see docs/operator-guide.md).
-pub fn fips() -> bool {
-    provider().fips()
-}
-
-/// aws-lc-rs with rustls' defaults, before the policy.
-pub(crate) fn base_provider() -> rustls::crypto::CryptoProvider {
-    rustls::crypto::aws_lc_rs::default_provider()
 }
 
 /// The listeners' provider: [`provider`] with TLS 1.3's `AES_128_GCM_SHA256` first (listeners
@@ -98,39 +92,52 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// A listener's current server configuration, replaced on every identity change.
-pub struct ReloadableServer {
-    current: ArcSwap<ServerConfig>,
+/// A TLS configuration (a listener's server side, the peers' client side) rebuilt from every
+/// identity generation and swapped in: the next handshake uses it, established connections keep
+/// theirs. A generation that does not build keeps the previous configuration (logged).
+pub struct Reloadable<T> {
+    current: ArcSwap<T>,
 }
 
-impl ReloadableServer {
-    pub fn new(initial: Arc<ServerConfig>) -> Arc<Self> {
+/// A listener's server configuration.
+pub type ReloadableServer = Reloadable<ServerConfig>;
+/// The client configuration towards peers.
+pub type ReloadableClient = Reloadable<rustls::ClientConfig>;
+
+impl<T: Send + Sync + 'static> Reloadable<T> {
+    /// A configuration that does not change (tests, benches).
+    pub fn fixed(config: Arc<T>) -> Arc<Self> {
         Arc::new(Self {
-            current: ArcSwap::new(initial),
+            current: ArcSwap::new(config),
         })
     }
 
-    pub fn load(&self) -> Arc<ServerConfig> {
-        self.current.load_full()
-    }
-
-    /// Follows identity changes until the identity goes away.
-    pub async fn follow(
-        self: Arc<Self>,
-        mut rx: tokio::sync::watch::Receiver<Arc<Material>>,
-        mode: TlsMode,
-        http2: bool,
-        listener: String,
-    ) {
-        while rx.changed().await.is_ok() {
-            let material = rx.borrow_and_update().clone();
-            match server_config(&material, mode, http2) {
-                Ok(cfg) => self.current.store(cfg),
-                Err(e) => {
-                    tracing::warn!(%listener, error = %e, "keeping the previous TLS configuration")
+    /// Builds the configuration from the identity's current generation, then follows its
+    /// changes until the identity goes away; the returned task is the follower.
+    pub fn follow<E: std::error::Error>(
+        mut rx: watch::Receiver<Arc<Material>>,
+        what: String,
+        build: impl Fn(&Material) -> Result<Arc<T>, E> + Send + 'static,
+    ) -> Result<(Arc<Self>, JoinHandle<()>), E> {
+        let first = build(&rx.borrow_and_update())?;
+        let this = Self::fixed(first);
+        let target = this.clone();
+        let task = tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let material = rx.borrow_and_update().clone();
+                match build(&material) {
+                    Ok(cfg) => target.current.store(cfg),
+                    Err(e) => {
+                        tracing::warn!(%what, error = %crate::error::chain(&e), "keeping the previous TLS configuration")
+                    }
                 }
             }
-        }
+        });
+        Ok((this, task))
+    }
+
+    pub fn load(&self) -> Arc<T> {
+        self.current.load_full()
     }
 }
 
@@ -143,6 +150,9 @@ mod tests {
             p.cipher_suites[0].suite(),
             rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
         );
-        assert_eq!(p.cipher_suites.len(), super::provider().cipher_suites.len());
+        assert_eq!(
+            p.cipher_suites.len(),
+            crate::crypto::provider().cipher_suites.len()
+        );
     }
 }

@@ -2,7 +2,6 @@
 //! certificate. The client configuration follows identity changes.
 
 use crate::identity::Material;
-use arc_swap::ArcSwap;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use std::sync::Arc;
@@ -11,12 +10,12 @@ use tokio::net::TcpStream;
 /// A reloadable client TLS configuration plus the name to verify.
 #[derive(Clone)]
 pub struct PeerTls {
-    config: Arc<ArcSwap<ClientConfig>>,
+    config: Arc<super::ReloadableClient>,
     name: ServerName<'static>,
 }
 
 impl PeerTls {
-    pub fn new(config: Arc<ArcSwap<ClientConfig>>, name: ServerName<'static>) -> Self {
+    pub fn new(config: Arc<super::ReloadableClient>, name: ServerName<'static>) -> Self {
         Self { config, name }
     }
 
@@ -24,16 +23,16 @@ impl PeerTls {
         &self,
         tcp: TcpStream,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-        let connector = tokio_rustls::TlsConnector::from(self.config.load_full());
+        let connector = tokio_rustls::TlsConnector::from(self.config.load());
         connector.connect(self.name.clone(), tcp).await
     }
 }
 
 /// Client configuration for peers from one identity generation (HTTP/1.1 only).
 pub fn client_config(material: &Material) -> Result<Arc<ClientConfig>, rustls::Error> {
-    let provider = Arc::new(super::provider());
+    let provider = Arc::new(crate::crypto::provider());
     let mut cfg = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(super::policy::current().versions())?
+        .with_protocol_versions(crate::crypto::policy::current().versions())?
         .with_root_certificates(material.roots.clone())
         .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
             material.certified_key.clone(),

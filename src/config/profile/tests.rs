@@ -24,7 +24,7 @@ fn pod() -> HashMap<String, String> {
 
 fn error(name: &str, e: &HashMap<String, String>) -> String {
     let err = load(name, e).expect_err("must fail");
-    crate::proxy::error_chain(&err)
+    crate::error::chain(&err)
 }
 
 #[test]
@@ -73,7 +73,11 @@ fn the_sidecar_takes_irso_paths_ports_and_every_pod_ip() {
         Some("unix:/shared/ironic.sock")
     );
     assert_eq!(
-        api.upstream.dns.as_deref(),
+        api.upstream
+            .dns
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
         Some("ironic.metal3.svc.cluster.local:6385")
     );
     assert!(api.upstream.fallback.is_empty());
@@ -88,7 +92,12 @@ fn the_openshift_sidecar_serves_the_api_on_6388_unless_told_otherwise() {
     let c = load("sidecar-openshift", &pod()).expect("sidecar-openshift");
     assert_eq!(c.listeners[1].listen.to_string(), "[::]:6388");
     assert_eq!(
-        c.listeners[1].upstream.dns.as_deref(),
+        c.listeners[1]
+            .upstream
+            .dns
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
         Some("ironic.metal3.svc.cluster.local:6388")
     );
     let mut e = pod();
@@ -155,7 +164,12 @@ fn mounted_certificates_and_no_peers_are_switches() {
     );
     let c = load("sidecar", &e).expect("srv peers");
     assert_eq!(
-        c.listeners[1].upstream.dns.as_deref(),
+        c.listeners[1]
+            .upstream
+            .dns
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
         Some("srv:_api._tcp.ironic.metal3.svc")
     );
     e.insert("IRONIC_PROXY_IDENTITY".into(), "cert-manager".into());
@@ -248,7 +262,7 @@ fn the_htpasswd_variable_protects_the_api_listener_and_never_json_rpc() {
 
 #[test]
 fn the_tls_variables_set_the_policy_and_bad_names_name_the_variable() {
-    use crate::tls::policy::MinVersion;
+    use crate::crypto::policy::MinVersion;
     let c = load("sidecar", &pod()).expect("defaults");
     assert_eq!(c.tls.min_version, MinVersion::Tls12);
     assert!(c.tls.cipher_suites.is_none() && c.tls.groups.is_none());

@@ -696,9 +696,8 @@ fn unescape(s: &str) -> String {
 pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let (series, value) = match line.rsplit_once(' ') {
-            Some(x) => x,
-            None => continue,
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
         };
         let (n, lbl) = match series.split_once('{') {
             Some((n, rest)) => (n, rest.trim_end_matches('}')),

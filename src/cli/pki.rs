@@ -16,8 +16,9 @@ use ipnet::IpNet;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
-use super::summary::rfc3339;
-use super::{generate_ca, issue_leaf, summarize, CaSpec, Issuer, LeafRequest, PkiError};
+use crate::pki::{
+    generate_ca, issue_leaf, rfc3339, summarize, CaSpec, Issuer, LeafRequest, PkiError,
+};
 
 /// `ironic-proxy ca ...`
 #[derive(clap::Subcommand, Debug)]

@@ -8,7 +8,7 @@
 //! key exchange) is a config error naming the key, never silently dropped.
 //!
 //! The policy is fixed for the life of the process: [`install`] stores it once at start-up,
-//! before any TLS configuration is built, and [`crate::tls::provider`] and the protocol
+//! before any TLS configuration is built, and [`crate::crypto::provider`] and the protocol
 //! versions read it from there.
 
 use rustls::crypto::aws_lc_rs::{kx_group, ALL_CIPHER_SUITES};
@@ -296,7 +296,7 @@ impl TlsPolicy {
 
     /// The effective policy as a `[tls]` table (what `check` prints): defaults filled in.
     pub fn render(&self) -> String {
-        let mut p = crate::tls::base_provider();
+        let mut p = super::base_provider();
         self.apply(&mut p);
         let suites: Vec<String> = p
             .cipher_suites
@@ -343,7 +343,7 @@ mod tests {
         );
         assert!(e[0].starts_with("tls.cipher_suites[1]: "), "{e:?}");
         assert!(e[1].starts_with("tls.groups[1]: "), "{e:?}");
-        assert!(crate::tls::fips());
+        assert!(crate::crypto::fips());
     }
 
     #[test]

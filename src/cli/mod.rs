@@ -1,0 +1,5 @@
+//! The command-line subcommands whose work is more than a call into one module: the `ca` and
+//! `cert` commands ([`pki`]), which write what [`crate::pki`] mints to files. The argument
+//! parsing of the other commands stays in `main.rs`.
+
+pub mod pki;

@@ -1,0 +1,283 @@
+//! `[[listeners]]` and their upstreams: addresses, TLS mode, `allow`, the upstream table with its
+//! balancing and health checks, from raw tables to typed values.
+
+use super::raw::{RawHealth, RawListener, RawUpstream};
+use super::{deserialize, msg, routes, ConfigError, Fields, RouteConfig, TlsMode};
+use crate::balance::{HealthOptions, Policy};
+use crate::discovery::Target;
+use crate::tls::allow::AllowRule;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Where a listener binds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// Where an upstream is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamAddr {
+    Unix(PathBuf),
+    Tcp { host: String, port: u16 },
+}
+
+#[derive(Clone, Debug)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub listen: ListenAddr,
+    pub tls: TlsMode,
+    pub http2: bool,
+    /// The listener carries Ironic's JSON-RPC: each call's method is logged and counted.
+    pub jsonrpc: bool,
+    pub allow: Vec<AllowRule>,
+    pub upstream: UpstreamConfig,
+    /// `[listeners.auth]`: HTTP Basic authentication.
+    pub auth: Option<crate::auth::AuthConfig>,
+    /// Path routes to other upstreams; `upstream` serves every other path.
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    pub local: Option<UpstreamAddr>,
+    /// `name:port` or `srv:_service._proto.name`, resolved by the discovery module.
+    pub dns: Option<Target>,
+    /// Peers used only while `dns` has given none (discovery::DiscoveryOptions::fallback).
+    pub fallback: Vec<SocketAddr>,
+    pub tls: bool,
+    pub balance: Policy,
+    pub health: HealthOptions,
+    /// Further tries on another endpoint (default 2).
+    pub retries: u32,
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Tcp(a) => write!(f, "{a}"),
+            Self::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl fmt::Display for UpstreamAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unix(p) => write!(f, "unix:{}", p.display()),
+            Self::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            Self::Tcp { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+fn parse_unix_path(p: &str) -> Result<PathBuf, Box<dyn std::error::Error + Send + Sync>> {
+    if p.is_empty() || !p.starts_with('/') {
+        return Err(msg(format!("unix socket path must be absolute: {p:?}")));
+    }
+    Ok(PathBuf::from(p))
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = Box<dyn std::error::Error + Send + Sync>;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            return Ok(Self::Unix(parse_unix_path(p)?));
+        }
+        s.parse::<SocketAddr>().map(Self::Tcp).map_err(|_| {
+            msg(format!(
+                "invalid listen address {s:?} (expected ip:port, [ipv6]:port or unix:/path)"
+            ))
+        })
+    }
+}
+
+impl std::str::FromStr for UpstreamAddr {
+    type Err = Box<dyn std::error::Error + Send + Sync>;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            return Ok(Self::Unix(parse_unix_path(p)?));
+        }
+        if let Ok(sa) = s.parse::<SocketAddr>() {
+            return Ok(Self::Tcp {
+                host: sa.ip().to_string(),
+                port: sa.port(),
+            });
+        }
+        let bad = || {
+            msg(format!(
+                "invalid upstream address {s:?} (expected unix:/path or host:port)"
+            ))
+        };
+        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        // A DNS name or IPv4 address; IPv6 only in brackets (parsed above), as "fd00::1:6385"
+        // is ambiguous. The host becomes part of request URIs, so nothing else may pass.
+        let name_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
+        if host.is_empty() || !host.bytes().all(name_char) || port == 0 {
+            return Err(bad());
+        }
+        Ok(Self::Tcp {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+pub(super) fn listener_from_raw(
+    l: RawListener,
+    path: &str,
+    f: &mut Fields,
+) -> Option<ListenerConfig> {
+    let listen = f.parse::<ListenAddr>(&format!("{path}.listen"), &l.listen);
+    let tls = match l.tls.as_deref().unwrap_or("none") {
+        "none" => TlsMode::None,
+        "server" => TlsMode::Server,
+        "mutual" => TlsMode::Mutual,
+        "optional" => TlsMode::Optional,
+        other => {
+            f.push(
+                format!("{path}.tls"),
+                msg(format!(
+                    "{other:?} is not one of none, server, mutual, optional"
+                )),
+            );
+            TlsMode::None
+        }
+    };
+    let allow: Vec<AllowRule> = l
+        .allow
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| f.parse::<AllowRule>(&format!("{path}.allow[{i}]"), r))
+        .collect();
+    if !allow.is_empty() && tls != TlsMode::Mutual {
+        f.push(
+            format!("{path}.allow"),
+            msg("only applies to tls = \"mutual\" listeners"),
+        );
+    }
+    if tls == TlsMode::None && l.http2 == Some(true) {
+        f.push(
+            format!("{path}.http2"),
+            msg("h2 is offered through ALPN, so it needs tls"),
+        );
+    }
+    let upstream = upstream_from_raw(l.upstream, &format!("{path}.upstream"), f);
+    let auth = l
+        .auth
+        .and_then(|v| crate::auth::from_toml(v, &format!("{path}.auth"), &mut |p, e| f.push(p, e)));
+    let routes = routes::routes_from_raw(l.routes, path, tls, f);
+    let name = l.name.unwrap_or_else(|| l.listen.clone());
+    Some(ListenerConfig {
+        name,
+        listen: listen?,
+        tls,
+        http2: l.http2.unwrap_or(tls != TlsMode::None),
+        jsonrpc: l.jsonrpc.unwrap_or(false),
+        allow,
+        upstream: upstream?,
+        auth,
+        routes,
+    })
+}
+
+pub(super) fn upstream_from_raw(
+    v: toml::Value,
+    path: &str,
+    f: &mut Fields,
+) -> Option<UpstreamConfig> {
+    let raw: RawUpstream = match v {
+        toml::Value::String(s) => RawUpstream {
+            local: Some(s),
+            dns: None,
+            fallback: None,
+            tls: None,
+            balance: None,
+            health: None,
+            retries: None,
+        },
+        table @ toml::Value::Table(_) => match deserialize(table, path) {
+            Ok(r) => r,
+            Err(ConfigError::Fields(mut errs)) => {
+                f.errors.append(&mut errs);
+                return None;
+            }
+            Err(_) => return None,
+        },
+        _ => {
+            f.push(
+                path,
+                msg("must be \"unix:/path\", \"host:port\" or a table"),
+            );
+            return None;
+        }
+    };
+    let local = raw
+        .local
+        .as_deref()
+        .and_then(|s| f.parse::<UpstreamAddr>(&format!("{path}.local"), s));
+    let dns = raw
+        .dns
+        .as_deref()
+        .and_then(|s| f.parse::<Target>(&format!("{path}.dns"), s));
+    if raw.local.is_none() && raw.dns.is_none() {
+        f.push(path, msg("needs local, dns, or both"));
+    }
+    let fallback: Vec<SocketAddr> = raw
+        .fallback
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| f.parse::<SocketAddr>(&format!("{path}.fallback[{i}]"), s))
+        .collect();
+    if !fallback.is_empty() && raw.dns.is_none() {
+        f.push(
+            format!("{path}.fallback"),
+            msg("is only used while dns gives no peer: it needs dns (a fixed peer is local)"),
+        );
+    }
+    let balance = raw
+        .balance
+        .as_deref()
+        .map_or(Some(Policy::default()), |s| {
+            f.parse::<Policy>(&format!("{path}.balance"), s)
+        })
+        .unwrap_or_default();
+    let health = raw.health.map_or_else(HealthOptions::default, |h| {
+        health_from_raw(h, &format!("{path}.health"), f)
+    });
+    Some(UpstreamConfig {
+        local,
+        dns,
+        fallback,
+        tls: raw.tls.unwrap_or(false),
+        balance,
+        health,
+        retries: raw.retries.unwrap_or(2),
+    })
+}
+
+fn health_from_raw(h: RawHealth, path: &str, f: &mut Fields) -> HealthOptions {
+    let d = HealthOptions::default();
+    let cfg = HealthOptions {
+        path: h.path.unwrap_or(d.path),
+        interval: f.dur(&format!("{path}.interval"), h.interval.as_ref(), d.interval),
+        timeout: f.dur(&format!("{path}.timeout"), h.timeout.as_ref(), d.timeout),
+        unhealthy_after: h.unhealthy_after.unwrap_or(d.unhealthy_after),
+        healthy_after: h.healthy_after.unwrap_or(d.healthy_after),
+    };
+    if !cfg.path.starts_with('/') {
+        f.push(format!("{path}.path"), msg("must start with /"));
+    }
+    if cfg.unhealthy_after == 0 || cfg.healthy_after == 0 {
+        f.push(
+            path,
+            msg("unhealthy_after and healthy_after must be at least 1"),
+        );
+    }
+    cfg
+}
