@@ -3,9 +3,6 @@
 //! what reaches the upstream: nothing unauthenticated outside the public paths, however the
 //! path is spelled.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use base64::Engine as _;

@@ -6,9 +6,6 @@
 //! non-UTF-8, a 1 MB method, 100 MB) reach the upstream byte for byte and count as `other`,
 //! with the proxy's memory flat.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::sync::Arc;

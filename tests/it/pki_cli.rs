@@ -1,9 +1,6 @@
 //! The `ca` and `cert` commands, driven through the built binary in temp dirs, and their output
 //! checked with the tools operators use: `openssl verify`, `openssl x509`, and rustls/webpki.
 
-// A panic is the failure report here.
-#![allow(clippy::unwrap_used)]
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

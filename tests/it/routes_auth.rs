@@ -4,8 +4,6 @@
 //! routes are served without credentials over plain HTTP and TLS (iPXE sends none); everything
 //! else over TLS needs the password. Asserted on what each upstream received.
 
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::time::Duration;

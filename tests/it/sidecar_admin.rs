@@ -1,9 +1,6 @@
 //! The admin listener (`/healthz`, `/readyz`, `/metrics`) and the access log (text and
 //! `--log-format json`) of the real binary, checked against the traffic the test sent.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::collections::BTreeMap;

@@ -1,9 +1,6 @@
 //! Bad configurations through the real binary: `ironic-proxy check --config F` and
 //! `ironic-proxy run --config F` each exit 1 with exactly one line on stderr that names the key.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::path::Path;

@@ -2,9 +2,6 @@
 //! refused, `/readyz` turns 503, idle keep-alive connections close, and the process exits 0
 //! within `limits.drain_timeout`.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::io::ErrorKind;

@@ -3,9 +3,6 @@
 //! both sides; one well-formed upstream request per client request; framing attacks refused;
 //! spoofed `X-Forwarded-Client-Cert` and hop-by-hop headers stripped; 502 and 504.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::time::{Duration, Instant};

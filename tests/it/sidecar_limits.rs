@@ -2,9 +2,6 @@
 //! request_head_timeout (slowloris heads and stalled TLS handshakes), body_timeout, idle_timeout
 //! and max_body_bytes (Content-Length and chunked), with small values so each runs in seconds.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::io::Write;

@@ -3,8 +3,6 @@
 //! the byte-level client here does not read HEAD answers): there is no other endpoint to
 //! retry on, so nothing is held back for a retry. The upstream sees each request once.
 
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use support::{tls_client_config, HttpConn, Sandbox, Tls, Upstream};

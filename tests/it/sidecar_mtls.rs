@@ -2,9 +2,6 @@
 //! requests): bad client certificates are refused at the handshake and counted; a valid
 //! certificate outside `allow` gets a 403 JSON body; the upstream sees none of them.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::path::Path;

@@ -3,9 +3,6 @@
 //! (`identity.watch_interval`), a bad new file keeping the last good one. New handshakes present
 //! the new certificate; connections opened before keep working.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::os::unix::fs::symlink;

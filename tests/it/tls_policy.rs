@@ -2,9 +2,6 @@
 //! forbids (versions, suites, groups), `check` prints the effective policy, and bad names are
 //! config errors naming the key.
 
-// Tests fail by panicking: unwrapping what the test itself set up is the point.
-#![allow(clippy::unwrap_used)]
-
 use crate::support;
 
 use std::process::Command;
