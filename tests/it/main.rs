@@ -1,6 +1,7 @@
-//! The integration tests: one test binary, one module per capability, each driving the real
-//! `ironic-proxy` binary with real sockets and real clients (curl, openssl, Python, dnsmasq).
-//! Shared builders live in [`support`].
+//! The integration tests: one test binary, one module per capability, most driving the real
+//! `ironic-proxy` binary with real sockets and real clients (curl, openssl, Python, dnsmasq);
+//! `inmem` drives the connection layer over an in-memory stream on a paused clock. Shared
+//! builders live in [`support`].
 //!
 //! One binary links once instead of once per file; nextest still runs every test in its own
 //! process, so tests never share process-global state. Run one file's tests with
