@@ -3,9 +3,9 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http::{HeaderMap, HeaderValue, Version};
-use ironic_proxy::balance::{Load, Picker, Policy};
-use ironic_proxy::proxy::headers::{self, Forwarded};
-use ironic_proxy::tls::allow::{is_allowed, AllowRule};
+use ironic_proxy::allow::{is_allowed, AllowRule};
+use ironic_proxy::headers::{self, Forwarded};
+use ironic_proxy::{Load, Picker, Policy};
 use std::hint::black_box;
 use std::net::IpAddr;
 use tokio::time::Instant;

@@ -10,10 +10,10 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use ironic_proxy::config::{Limits, UpstreamAddr};
-use ironic_proxy::metrics::Metrics;
-use ironic_proxy::proxy::pool::{Pool, PoolOptions};
-use ironic_proxy::proxy::{ConnInfo, Proxy};
-use ironic_proxy::tls::ClientIdentity;
+use ironic_proxy::ClientIdentity;
+use ironic_proxy::Metrics;
+use ironic_proxy::{ConnInfo, Proxy};
+use ironic_proxy::{Pool, PoolOptions};
 use std::convert::Infallible;
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! Full TLS 1.3 handshakes against the listener's own server configuration
-//! ([`ironic_proxy::tls::server_config`]), client and server driven in memory (no sockets, no
+//! ([`ironic_proxy::server_config`]), client and server driven in memory (no sockets, no
 //! runtime), so the figure is rustls + aws-lc-rs work only: X25519, an ECDSA P-256 signature by
 //! the server, the client's verification, and for `mutual` the client's signature and its
 //! chain verification by the server. Resumption is off on the client, as in the load
@@ -7,8 +7,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ironic_proxy::config::TlsMode;
-use ironic_proxy::identity::Material;
 use ironic_proxy::pki::{generate_ca, issue_leaf, CaSpec, IssuedLeaf, Issuer, LeafRequest};
+use ironic_proxy::Material;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
@@ -49,7 +49,7 @@ fn roots(p: &Pki) -> Arc<RootCertStore> {
 }
 
 fn material(p: &Pki) -> Material {
-    let provider = ironic_proxy::crypto::provider();
+    let provider = ironic_proxy::crypto_provider();
     let key = rustls::sign::CertifiedKey::from_der(
         vec![p.server.cert_der.clone()],
         p.server.key_der.clone_key(),
@@ -122,7 +122,7 @@ fn handshakes(c: &mut Criterion) {
         ("server", TlsMode::Server, false),
         ("mutual", TlsMode::Mutual, true),
     ] {
-        let server = ironic_proxy::tls::server_config(&m, mode, true).expect("server config");
+        let server = ironic_proxy::server_config(&m, mode, true).expect("server config");
         let client = client_config(&p, mutual);
         g.bench_function(label, |b| b.iter(|| handshake(&client, &server)));
     }

@@ -29,6 +29,45 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// An error that is only its message: what a config check found wrong with a value.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Message(pub(crate) String);
+
+/// A boxed [`Message`], as the config modules collect field errors.
+pub(crate) fn message(m: impl Into<String>) -> Box<dyn std::error::Error + Send + Sync> {
+    Box::new(Message(m.into()))
+}
+
+/// Deserializes a TOML table into its raw mirror; a failure is the key path of the bad field
+/// below `prefix` (`listeners[0].auth.public`, or `prefix` itself for the table) and serde's
+/// message on one line. Shared by every module that types a config table.
+pub(crate) fn toml_table<T: serde::de::DeserializeOwned>(
+    v: toml::Value,
+    prefix: &str,
+) -> Result<T, (String, Message)> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let inner = e.path().to_string();
+        let path = match (prefix.is_empty(), inner.as_str()) {
+            (true, ".") => "config".to_owned(),
+            (true, _) => inner,
+            (false, ".") => prefix.to_owned(),
+            (false, _) => format!("{prefix}.{inner}"),
+        };
+        // `message()`, not Display: Display appends "in `key`" on further lines.
+        (path, Message(one_line(e.into_inner().message())))
+    })
+}
+
+/// Errors are printed as one line on stderr (exit 1 with a one-line reason).
+pub(crate) fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use std::error::Error;

@@ -1,7 +1,8 @@
 //! ironic-proxy: TLS and mutual-TLS termination, self-issued identity and DNS load balancing for
 //! OpenStack Ironic. The binary in `main.rs` is a thin shell over this library.
 //!
-//! Module map (each behaves like a small crate with its own error type):
+//! Module map (each behaves like a small crate with its own error type; only `config`, `pki`,
+//! `cli` and `error` are public, the rest is re-exported item by item below):
 //! - [`error`], [`crypto`]: the bottom layer: error chains, the process-wide crypto provider and
 //!   `[tls]` policy.
 //! - [`config`]: TOML -> typed configuration, `${VAR}` interpolation, key-path errors.
@@ -19,20 +20,42 @@
 
 #![warn(clippy::unwrap_used)]
 
-pub mod admin;
-pub mod auth;
-pub mod balance;
+// Private: what is not re-exported below and not used inside the crate is dead code, which the
+// compiler reports.
+mod admin;
+mod auth;
+mod balance;
 pub mod cli;
 pub mod config;
-pub mod crypto;
-pub mod discovery;
-pub mod doctor;
+mod crypto;
+mod discovery;
+mod doctor;
 pub mod error;
-pub mod identity;
-pub mod listen;
-pub mod metrics;
+mod identity;
+mod listen;
+mod metrics;
 pub mod pki;
-pub mod proxy;
-pub mod server;
-pub mod signal;
-pub mod tls;
+mod proxy;
+mod server;
+mod signal;
+mod tls;
+
+// What the binary runs.
+pub use auth::check as check_auth;
+pub use doctor::run as doctor;
+pub use identity::check as check_identity;
+pub use server::{runtime, Server};
+pub use signal::Signals;
+
+// Embedding the parts without a config file or a socket: the benches, the fuzz targets and the
+// discovery tests.
+pub use balance::{Load, Picker, Policy};
+pub use crypto::provider as crypto_provider;
+pub use discovery::{spawn as spawn_discovery, DiscoveryOptions, Endpoint, EndpointSet, Target};
+pub use identity::{load_chain, load_files, load_key, load_trust, Material};
+pub use listen::serve_stream;
+pub use metrics::{Metrics, UpstreamLabels};
+pub use proxy::find::Finder;
+pub use proxy::pool::{Pool, PoolOptions};
+pub use proxy::{headers, jsonrpc, route, ConnInfo, Proxy};
+pub use tls::{allow, server_config, ClientIdentity};

@@ -6,7 +6,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ironic_proxy::cli;
 use ironic_proxy::config::{profile, Config, ProcessEnv};
-use ironic_proxy::server::Server;
+use ironic_proxy::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -179,12 +179,12 @@ fn check(source: &Source) -> ExitCode {
         Err(e) => return fail(&e),
     };
     if let Some(id) = &config.identity {
-        if let Err(e) = rt.block_on(ironic_proxy::identity::check(id)) {
+        if let Err(e) = rt.block_on(ironic_proxy::check_identity(id)) {
             return fail(&e);
         }
     }
     for (index, l) in config.listeners.iter().enumerate() {
-        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::auth::check(index, a)) {
+        if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::check_auth(index, a)) {
             return fail(&e);
         }
     }
@@ -201,7 +201,7 @@ fn doctor(config: &Config, json: bool) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
-    let report = rt.block_on(ironic_proxy::doctor::run(config));
+    let report = rt.block_on(ironic_proxy::doctor(config));
     print!("{}", if json { report.json() } else { report.text() });
     if report.passed() {
         ExitCode::SUCCESS
@@ -211,13 +211,13 @@ fn doctor(config: &Config, json: bool) -> ExitCode {
 }
 
 fn run(config: Config) -> ExitCode {
-    let rt = match ironic_proxy::server::runtime() {
+    let rt = match ironic_proxy::runtime() {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
     rt.block_on(async move {
         // Before start: /readyz turns 200 inside it, and a signal must not find no handler.
-        let signals = ironic_proxy::signal::Signals::install();
+        let signals = ironic_proxy::Signals::install();
         let server = match Server::start(config).await {
             Ok(s) => s,
             Err(e) => return fail(&e),

@@ -90,7 +90,7 @@ pub struct JsonRpcMethodLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
+pub(crate) struct BuildLabels {
     pub version: &'static str,
     pub arch: &'static str,
     pub os: &'static str,
@@ -366,7 +366,7 @@ fn duration_histogram() -> Histogram {
 }
 
 /// The status class label for a status code.
-pub fn status_class(status: u16) -> &'static str {
+pub(crate) fn status_class(status: u16) -> &'static str {
     match status / 100 {
         1 => "1xx",
         2 => "2xx",

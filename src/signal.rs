@@ -44,12 +44,3 @@ impl Signals {
         }
     }
 }
-
-/// [`Signals::install`] then [`Signals::wait`]; runs until killed if the handlers cannot be
-/// installed.
-pub async fn wait(identity: Option<Identity>) -> &'static str {
-    match Signals::install() {
-        Some(s) => s.wait(identity).await,
-        None => std::future::pending().await,
-    }
-}

@@ -10,7 +10,7 @@
 //! parses as an IP address is an IP SAN, any other line a DNS SAN).
 #![no_main]
 
-use ironic_proxy::tls::allow::{is_allowed, AllowRule};
+use ironic_proxy::allow::{is_allowed, AllowRule};
 use libfuzzer_sys::fuzz_target;
 use std::net::IpAddr;
 

@@ -7,7 +7,7 @@
 //! - `is_error` never panics.
 #![no_main]
 
-use ironic_proxy::proxy::jsonrpc::{is_error, method, KNOWN, OTHER, SCAN_LIMIT};
+use ironic_proxy::jsonrpc::{is_error, method, KNOWN, OTHER, SCAN_LIMIT};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

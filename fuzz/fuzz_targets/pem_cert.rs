@@ -12,9 +12,9 @@
 
 use http::HeaderValue;
 use ironic_proxy::config::{IdentityConfig, IdentitySource, TlsMode};
-use ironic_proxy::identity::{load_chain, load_files, load_key, load_trust};
-use ironic_proxy::tls::allow::AllowRule;
-use ironic_proxy::tls::ClientIdentity;
+use ironic_proxy::{load_chain, load_files, load_key, load_trust};
+use ironic_proxy::allow::AllowRule;
+use ironic_proxy::ClientIdentity;
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -84,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = load_trust(path);
     if let Ok(material) = load_files(cfg, path, path) {
         for mode in [TlsMode::Server, TlsMode::Mutual] {
-            let _ = ironic_proxy::tls::server_config(&material, mode, true);
+            let _ = ironic_proxy::server_config(&material, mode, true);
         }
     }
 });

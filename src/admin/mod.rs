@@ -62,7 +62,7 @@ impl Readiness {
 }
 
 /// `/readyz` fails when the served certificate is outside its validity window.
-pub struct IdentityCheck(pub crate::identity::Identity);
+pub(crate) struct IdentityCheck(pub crate::identity::Identity);
 
 impl Check for IdentityCheck {
     fn check(&self) -> Result<(), String> {
@@ -76,7 +76,7 @@ impl Check for IdentityCheck {
 }
 
 /// Serves the admin endpoints until the process ends.
-pub async fn serve(listener: TcpListener, metrics: Metrics, readiness: Arc<Readiness>) {
+pub(crate) async fn serve(listener: TcpListener, metrics: Metrics, readiness: Arc<Readiness>) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(x) => x,

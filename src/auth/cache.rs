@@ -12,11 +12,11 @@ use std::sync::Mutex;
 
 /// Entries kept at most; verified credentials are few (one per user and password), so this
 /// only stops growth if a file holds very many users.
-pub const CAPACITY: usize = 4096;
+pub(crate) const CAPACITY: usize = 4096;
 
-pub type Tag = [u8; 32];
+pub(crate) type Tag = [u8; 32];
 
-pub struct Cache {
+pub(crate) struct Cache {
     key: hmac::Key,
     inner: Mutex<Inner>,
 }
@@ -28,7 +28,7 @@ struct Inner {
 
 impl Cache {
     /// A cache with a fresh random key.
-    pub fn new() -> Result<Self, aws_lc_rs::error::Unspecified> {
+    pub(crate) fn new() -> Result<Self, aws_lc_rs::error::Unspecified> {
         let rng = aws_lc_rs::rand::SystemRandom::new();
         let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng)?;
         Ok(Self {
@@ -40,7 +40,7 @@ impl Cache {
         })
     }
 
-    pub fn tag(&self, user: &str, password: &[u8]) -> Tag {
+    pub(crate) fn tag(&self, user: &str, password: &[u8]) -> Tag {
         let mut ctx = hmac::Context::with_key(&self.key);
         // Length-prefixed, so that no two (user, password) pairs feed the same bytes.
         ctx.update(&(user.len() as u64).to_be_bytes());
@@ -52,7 +52,7 @@ impl Cache {
     }
 
     /// True when `tag` was verified under file generation `generation`.
-    pub fn contains(&self, generation: u64, tag: &Tag) -> bool {
+    pub(crate) fn contains(&self, generation: u64, tag: &Tag) -> bool {
         let inner = self
             .inner
             .lock()
@@ -61,7 +61,7 @@ impl Cache {
     }
 
     /// Records a verification made against `generation`; ignored if the file changed since.
-    pub fn insert(&self, generation: u64, tag: Tag) {
+    pub(crate) fn insert(&self, generation: u64, tag: Tag) {
         let mut inner = self
             .inner
             .lock()
@@ -79,7 +79,7 @@ impl Cache {
     }
 
     /// A new file generation: every entry is dropped.
-    pub fn reset(&self, generation: u64) {
+    pub(crate) fn reset(&self, generation: u64) {
         let mut inner = self
             .inner
             .lock()
@@ -88,11 +88,8 @@ impl Cache {
         inner.tags.clear();
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -26,37 +26,22 @@ struct RawAuth {
     forward_authorization: Option<bool>,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Msg(String);
+use crate::error::Message as Msg;
 
 /// The realm when none is configured: what ironic-image's httpd sends.
-pub const DEFAULT_REALM: &str = "Restricted area";
+pub(crate) const DEFAULT_REALM: &str = "Restricted area";
 
 /// Converts the table at `path` (`listeners[0].auth`); each bad field goes to `error` with its
 /// key path. `public` defaults to ironic-image's set.
-pub fn from_toml(
+pub(crate) fn from_toml(
     v: toml::Value,
     path: &str,
     error: &mut dyn FnMut(String, FieldSource),
 ) -> Option<AuthConfig> {
-    let raw: RawAuth = match serde_path_to_error::deserialize(v) {
+    let raw: RawAuth = match crate::error::toml_table(v, path) {
         Ok(r) => r,
-        Err(e) => {
-            let inner = e.path().to_string();
-            let at = if inner == "." {
-                path.to_owned()
-            } else {
-                format!("{path}.{inner}")
-            };
-            let message = e
-                .into_inner()
-                .message()
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned();
-            error(at, Box::new(Msg(message)));
+        Err((at, message)) => {
+            error(at, Box::new(message));
             return None;
         }
     };

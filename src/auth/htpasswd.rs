@@ -21,12 +21,12 @@ pub enum HtpasswdError {
 
 /// The users of one generation of the file. Holds bcrypt hashes, never passwords.
 #[derive(Debug, Default)]
-pub struct Users {
+pub(crate) struct Users {
     hashes: HashMap<String, String>,
 }
 
 impl Users {
-    pub fn load(path: &Path) -> Result<Self, HtpasswdError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, HtpasswdError> {
         let bytes = std::fs::read(path).map_err(|source| HtpasswdError::Read {
             path: path.to_owned(),
             source,
@@ -36,7 +36,7 @@ impl Users {
 
     /// Parses the file's bytes. Blank lines and lines starting with `#` are skipped (as
     /// httpd's mod_authn_file does); everything else must be `user:bcrypt-hash`.
-    pub fn parse(bytes: &[u8]) -> Result<Self, HtpasswdError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, HtpasswdError> {
         let mut hashes = HashMap::new();
         for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
             let line = i + 1;
@@ -69,22 +69,18 @@ impl Users {
         Ok(Self { hashes })
     }
 
-    pub fn hash(&self, user: &str) -> Option<&str> {
+    pub(crate) fn hash(&self, user: &str) -> Option<&str> {
         self.hashes.get(user).map(String::as_str)
     }
 
     /// Any stored hash: unknown users are checked against it so that they take as long as
     /// known ones (no user enumeration by timing); the result is discarded.
-    pub fn decoy(&self) -> Option<&str> {
+    pub(crate) fn decoy(&self) -> Option<&str> {
         self.hashes.values().next().map(String::as_str)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.hashes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.hashes.is_empty()
     }
 }
 

@@ -16,16 +16,16 @@
 //! `ironic_proxy_reload_failures_total{what="htpasswd"}`. Outcomes are counted in
 //! `ironic_proxy_auth_total{listener,outcome}`.
 
-pub mod cache;
+pub(crate) mod cache;
 mod config;
-pub mod htpasswd;
-pub mod public;
+pub(crate) mod htpasswd;
+pub(crate) mod public;
 #[cfg(test)]
 mod tests;
 
-pub use config::{from_toml, AuthConfig, DEFAULT_REALM};
-pub use htpasswd::{HtpasswdError, Users};
-pub use public::{is_public, PublicPath};
+pub(crate) use config::{from_toml, AuthConfig};
+pub(crate) use htpasswd::{HtpasswdError, Users};
+pub(crate) use public::is_public;
 
 use crate::metrics::{AuthLabels, Metrics, ReloadLabels};
 use arc_swap::ArcSwap;
@@ -63,7 +63,7 @@ pub enum Deny {
 
 /// What happened to one request, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Ok,
     OkCached,
     Public,
@@ -75,7 +75,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Self; 8] = [
+    pub(crate) const ALL: [Self; 8] = [
         Self::Ok,
         Self::OkCached,
         Self::Public,
@@ -86,7 +86,7 @@ impl Outcome {
         Self::QueueFull,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::OkCached => "ok_cached",
@@ -102,10 +102,9 @@ impl Outcome {
 
 /// The process-wide bound on bcrypt work, shared by every listener (a flood on the API must
 /// not starve the JSON-RPC listener's verifications of the CPU, nor the reverse).
-pub struct Limiter {
+pub(crate) struct Limiter {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
-    permits: usize,
     queue: usize,
 }
 
@@ -124,17 +123,8 @@ impl Limiter {
         Self {
             slots: Arc::new(Semaphore::new(permits)),
             waiting: AtomicUsize::new(0),
-            permits,
             queue,
         }
-    }
-
-    pub fn permits(&self) -> usize {
-        self.permits
-    }
-
-    pub fn queue(&self) -> usize {
-        self.queue
     }
 
     /// A verification slot, waiting in the bounded queue if need be; `None` when it is full.

@@ -57,7 +57,7 @@ impl fmt::Display for PublicPath {
 
 /// ironic-image's set: version discovery and what the ramdisk agent calls before it has
 /// credentials.
-pub const IRONIC_DEFAULT: &[&str] = &[
+pub(crate) const IRONIC_DEFAULT: &[&str] = &[
     "/",
     "/v1",
     "/v1/",
@@ -67,7 +67,7 @@ pub const IRONIC_DEFAULT: &[&str] = &[
 ];
 
 /// True when `path` is public under `rules`.
-pub fn is_public(rules: &[PublicPath], path: &str) -> bool {
+pub(crate) fn is_public(rules: &[PublicPath], path: &str) -> bool {
     if rules.is_empty() || !(path == "/" || is_canonical(path.strip_suffix('/').unwrap_or(path))) {
         return false;
     }

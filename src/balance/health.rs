@@ -187,7 +187,7 @@ impl Health {
 /// by `timeout`, a timeout counting as a failure. Logs each change of state at `info`; run it
 /// inside a span naming the endpoint. It returns when it holds the last reference to `health`,
 /// that is once the endpoint has left the set; aborting the task also stops it.
-pub async fn run_checks<F, Fut>(health: Arc<Health>, opts: HealthOptions, probe: F)
+pub(crate) async fn run_checks<F, Fut>(health: Arc<Health>, opts: HealthOptions, probe: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = bool>,

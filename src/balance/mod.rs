@@ -10,7 +10,7 @@
 //!
 //! The endpoint type belongs to the caller; it only has to implement [`Load`].
 
-pub mod health;
+pub(crate) mod health;
 #[cfg(test)]
 mod tests;
 
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::time::Instant;
 
-pub use health::{run_checks, Health, HealthOptions};
+pub(crate) use health::{run_checks, Health, HealthOptions};
 
 /// What the picker needs to know about an endpoint.
 pub trait Load {
@@ -75,10 +75,6 @@ impl Picker {
             policy,
             cursor: AtomicUsize::new(0),
         }
-    }
-
-    pub fn policy(&self) -> Policy {
-        self.policy
     }
 
     /// Picks among available endpoints, skipping the indices in `exclude` (already tried in this

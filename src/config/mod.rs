@@ -15,6 +15,7 @@ mod render;
 mod routes;
 #[cfg(test)]
 mod tests;
+mod upstream;
 
 pub use crate::identity::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 pub use crate::tls::TlsMode;
@@ -59,13 +60,7 @@ pub enum ConfigError {
     Fields(Vec<FieldError>),
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Msg(String);
-
-fn msg(m: impl Into<String>) -> Box<dyn std::error::Error + Send + Sync> {
-    Box::new(Msg(m.into()))
-}
+use crate::error::{message as msg, one_line};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -333,27 +328,10 @@ fn deserialize<T: serde::de::DeserializeOwned>(
     v: toml::Value,
     prefix: &str,
 ) -> Result<T, ConfigError> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let inner = e.path().to_string();
-        let path = match (prefix.is_empty(), inner.as_str()) {
-            (true, ".") => "config".to_owned(),
-            (true, _) => inner,
-            (false, ".") => prefix.to_owned(),
-            (false, _) => format!("{prefix}.{inner}"),
-        };
+    crate::error::toml_table(v, prefix).map_err(|(path, m)| {
         ConfigError::Fields(vec![FieldError {
             path,
-            // `message()`, not Display: Display appends "in `key`" on further lines.
-            source: msg(one_line(e.into_inner().message())),
+            source: Box::new(m),
         }])
     })
-}
-
-/// Errors are printed as one line on stderr (exit 1 with a one-line reason).
-fn one_line(s: &str) -> String {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
 }

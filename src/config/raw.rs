@@ -75,7 +75,7 @@ pub(super) struct RawListener {
     /// `[listeners.auth]`, typed by `crate::auth::from_toml`.
     pub auth: Option<toml::Value>,
     #[serde(default)]
-    pub routes: Vec<super::routes::RawRoute>,
+    pub routes: Vec<RawRoute>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,4 +98,15 @@ pub(super) struct RawHealth {
     pub timeout: Option<String>,
     pub unhealthy_after: Option<u32>,
     pub healthy_after: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    pub paths: Vec<String>,
+    pub methods: Option<Vec<String>>,
+    pub plaintext: Option<bool>,
+    /// A string (`local` shorthand) or a table; `find` and `find_timeout` are taken out before
+    /// the rest is read like a listener's upstream.
+    pub upstream: toml::Value,
 }

@@ -10,9 +10,8 @@
 //! healthy endpoint for the file and serve the newest copy; see `proxy::find`) and
 //! `find_timeout` (connect and response head, per endpoint; default 3s).
 
-use super::listener::upstream_from_raw;
+use super::upstream::upstream_from_raw;
 use super::{msg, Fields, TlsMode, UpstreamConfig};
-use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
 
@@ -93,17 +92,6 @@ impl std::str::FromStr for PathPattern {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawRoute {
-    pub paths: Vec<String>,
-    pub methods: Option<Vec<String>>,
-    pub plaintext: Option<bool>,
-    /// A string (`local` shorthand) or a table; `find` and `find_timeout` are taken out before
-    /// the rest is read like a listener's upstream.
-    pub upstream: toml::Value,
-}
-
 #[derive(Clone, Debug)]
 pub struct RouteConfig {
     pub paths: Vec<PathPattern>,
@@ -120,7 +108,7 @@ pub struct RouteConfig {
 const DEFAULT_FIND_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub(super) fn routes_from_raw(
-    raw: Vec<RawRoute>,
+    raw: Vec<super::raw::RawRoute>,
     listener: &str,
     tls: TlsMode,
     f: &mut Fields,
@@ -142,7 +130,12 @@ pub(super) fn routes_from_raw(
     out
 }
 
-fn route_from_raw(r: RawRoute, path: &str, tls: TlsMode, f: &mut Fields) -> Option<RouteConfig> {
+fn route_from_raw(
+    r: super::raw::RawRoute,
+    path: &str,
+    tls: TlsMode,
+    f: &mut Fields,
+) -> Option<RouteConfig> {
     if r.paths.is_empty() {
         f.push(format!("{path}.paths"), msg("needs at least one path"));
     }

@@ -2,7 +2,7 @@
 //! with the `fips` feature), restricted by the `[tls]` policy. At the bottom of the crate:
 //! listeners, peers, the identity and `doctor` all take their provider from here.
 
-pub mod policy;
+pub(crate) mod policy;
 
 /// The process-wide crypto provider, restricted to the `[tls]` policy.
 pub fn provider() -> rustls::crypto::CryptoProvider {
@@ -13,7 +13,7 @@ pub fn provider() -> rustls::crypto::CryptoProvider {
 
 /// True when every algorithm in use comes from the FIPS-validated AWS-LC module (a build with
 /// the `fips` feature; see docs/operator-guide.md).
-pub fn fips() -> bool {
+pub(crate) fn fips() -> bool {
     provider().fips()
 }
 

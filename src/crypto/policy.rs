@@ -20,9 +20,7 @@ use std::sync::OnceLock;
 
 type FieldSource = Box<dyn std::error::Error + Send + Sync>;
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Msg(String);
+use crate::error::Message as Msg;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MinVersion {
@@ -135,24 +133,11 @@ struct RawTls {
 }
 
 /// Converts the `[tls]` table; each bad field goes to `error` with its key path.
-pub fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> TlsPolicy {
-    let raw: RawTls = match serde_path_to_error::deserialize(v) {
+pub(crate) fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> TlsPolicy {
+    let raw: RawTls = match crate::error::toml_table(v, "tls") {
         Ok(r) => r,
-        Err(e) => {
-            let inner = e.path().to_string();
-            let at = if inner == "." {
-                "tls".to_owned()
-            } else {
-                format!("tls.{inner}")
-            };
-            let message = e
-                .into_inner()
-                .message()
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned();
-            error(at, Box::new(Msg(message)));
+        Err((at, message)) => {
+            error(at, Box::new(message));
             return TlsPolicy::default();
         }
     };
@@ -254,12 +239,12 @@ pub fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSource)) -> 
 static INSTALLED: OnceLock<TlsPolicy> = OnceLock::new();
 
 /// Fixes the process's policy; the first call wins (a process runs one configuration).
-pub fn install(p: &TlsPolicy) {
+pub(crate) fn install(p: &TlsPolicy) {
     let _ = INSTALLED.set(p.clone());
 }
 
 /// The process's policy (the default until [`install`]).
-pub fn current() -> &'static TlsPolicy {
+pub(crate) fn current() -> &'static TlsPolicy {
     static DEFAULT: OnceLock<TlsPolicy> = OnceLock::new();
     INSTALLED
         .get()

@@ -8,7 +8,7 @@ use rustls_pki_types::CertificateDer;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// A certificate's subject, serial (hex) and notAfter (Unix seconds), when it parses.
-pub fn describe(der: &[u8]) -> Option<(String, String, i64)> {
+pub(crate) fn describe(der: &[u8]) -> Option<(String, String, i64)> {
     let (_, c) = X509Certificate::from_der(der).ok()?;
     Some((
         c.subject().to_string(),
@@ -18,7 +18,7 @@ pub fn describe(der: &[u8]) -> Option<(String, String, i64)> {
 }
 
 /// Every certificate of a PEM bundle, as DER (unparsable blocks skipped).
-pub fn pem_certs(pem: &str) -> Vec<CertificateDer<'static>> {
+pub(crate) fn pem_certs(pem: &str) -> Vec<CertificateDer<'static>> {
     x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes())
         .filter_map(Result::ok)
         .filter(|p| p.label == "CERTIFICATE")

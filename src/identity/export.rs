@@ -29,18 +29,17 @@
 //!   key (for example `tls.pem`) and set only `[json_rpc] certfile` to it: keystoneauth then
 //!   passes a single path and `load_cert_chain` reads both from one open file.
 
-use std::ffi::OsStr;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const DATA: &str = "..data";
 const DATA_TMP: &str = "..data_tmp";
 
 /// Permissions of exported files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExportOptions {
+pub(crate) struct ExportOptions {
     /// Mode of every file (e.g. `0o640`), applied exactly, regardless of the umask. The generation
     /// directory gets the same bits plus `x` wherever `r` is set (`0o640` -> `0o750`).
     pub mode: u32,
@@ -59,7 +58,11 @@ pub struct ExportOptions {
 /// generation stays published. An error after the swap (a visible name occupied by a
 /// directory, cleanup failing) leaves the new generation published under `..data`. Only one
 /// writer may work on a directory at a time; the caller serialises (one identity task does).
-pub fn write_atomic(dir: &Path, files: &[(&str, &[u8])], opts: &ExportOptions) -> io::Result<()> {
+pub(crate) fn write_atomic(
+    dir: &Path,
+    files: &[(&str, &[u8])],
+    opts: &ExportOptions,
+) -> io::Result<()> {
     for (name, _) in files {
         check_name(name)?;
     }
@@ -202,10 +205,12 @@ fn remove_dir_if_present(path: &Path) -> io::Result<()> {
     }
 }
 
-/// The directory `..data` points at now, for readers that want one consistent generation.
-pub fn current_generation(dir: &Path) -> io::Result<PathBuf> {
+/// The directory `..data` points at now, for readers that want one consistent generation
+/// (the tests, as kubelet's readers do).
+#[cfg(test)]
+fn current_generation(dir: &Path) -> io::Result<std::path::PathBuf> {
     let target = fs::read_link(dir.join(DATA))?;
-    if target.components().count() != 1 || target.as_os_str() == OsStr::new("..") {
+    if target.components().count() != 1 || target.as_os_str() == std::ffi::OsStr::new("..") {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "..data is not a generation link",

@@ -10,13 +10,14 @@
 //!   symlink) and on SIGHUP;
 //! - self-issued leaves from the operator CA (`issuer_cert`/`issuer_key`), see [`rotate`].
 
-pub mod expiry;
-pub mod export;
+pub(crate) mod expiry;
+pub(crate) mod export;
 mod load;
 mod options;
-pub mod rotate;
+pub(crate) mod rotate;
 
-pub use load::{load_chain, load_key, load_trust, LoadError};
+pub(crate) use load::LoadError;
+pub use load::{load_chain, load_key, load_trust};
 pub use options::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 
 use crate::metrics::{Metrics, ReloadLabels};
@@ -103,7 +104,10 @@ impl Identity {
 
 /// Loads the identity once, synchronously checking every file, and spawns the task that keeps it
 /// current. Errors here are start-up errors: the process exits 1 with the message.
-pub async fn start(cfg: &IdentityConfig, metrics: &Metrics) -> Result<Identity, IdentityError> {
+pub(crate) async fn start(
+    cfg: &IdentityConfig,
+    metrics: &Metrics,
+) -> Result<Identity, IdentityError> {
     let reload = Arc::new(Notify::new());
     match &cfg.source {
         IdentitySource::Files { cert, key } => {

@@ -45,7 +45,7 @@ pub enum RotateError {
 }
 
 /// Issues one generation: leaf + key + trust, verified as a client and as a server certificate.
-pub fn issue(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<Material, RotateError> {
+pub(crate) fn issue(cfg: &IdentityConfig, ic: &IssuerConfig) -> Result<Material, RotateError> {
     let issuer =
         Issuer::from_files(&ic.issuer_cert, &ic.issuer_key).map_err(RotateError::Issuer)?;
     let (roots, trust_pem) = load_trust(&cfg.trust)?;
@@ -117,7 +117,7 @@ fn verify(
 }
 
 /// Writes tls.crt, tls.key and ca.crt as one generation.
-pub fn export(e: &ExportConfig, m: &Material) -> Result<(), RotateError> {
+pub(crate) fn export(e: &ExportConfig, m: &Material) -> Result<(), RotateError> {
     let files: [(&str, &[u8]); 3] = [
         ("tls.crt", m.chain_pem.as_bytes()),
         ("tls.key", m.key_pem.as_bytes()),

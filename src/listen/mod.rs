@@ -61,14 +61,14 @@ pub enum ListenError {
 }
 
 /// A bound socket.
-pub enum Bound {
+pub(crate) enum Bound {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
 }
 
 impl Bound {
     /// The address actually bound (port 0 resolved), as `ListenAddr`.
-    pub fn local_addr(&self) -> ListenAddr {
+    pub(crate) fn local_addr(&self) -> ListenAddr {
         match self {
             Self::Tcp(l) => l.local_addr().map_or(
                 ListenAddr::Tcp(SocketAddr::from(([0, 0, 0, 0], 0))),
@@ -80,7 +80,7 @@ impl Bound {
 }
 
 /// Binds a listener address. A stale unix socket file left by an earlier process is replaced.
-pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
+pub(crate) async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
     let err = |source| ListenError::Bind {
         name: name.to_owned(),
         addr: addr.to_string(),
@@ -101,7 +101,7 @@ pub async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
 }
 
 /// One listener: its socket, TLS, service and limits.
-pub struct Listener {
+pub(crate) struct Listener {
     pub name: String,
     cfg: ListenerConfig,
     /// Taken by [`Listener::run`], which alone owns the socket: connection tasks share the
@@ -118,7 +118,7 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub fn new(
+    pub(crate) fn new(
         cfg: ListenerConfig,
         bound: Bound,
         tls: Option<Arc<ReloadableServer>>,
@@ -147,7 +147,7 @@ impl Listener {
     }
 
     /// Resolves when every connection of this listener has closed.
-    pub fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
         let permits = self.permits.clone();
         let n = u32::try_from(self.limits.max_connections).unwrap_or(u32::MAX);
         async move {
@@ -157,7 +157,7 @@ impl Listener {
 
     /// Accepts until `shutdown` turns true, then drops the socket: from then on new
     /// connections are refused while the open ones drain.
-    pub async fn run(mut self, shutdown: watch::Receiver<bool>) {
+    pub(crate) async fn run(mut self, shutdown: watch::Receiver<bool>) {
         let Some(bound) = self.bound.take() else {
             return;
         };

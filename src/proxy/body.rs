@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::time::{Instant, Sleep};
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a streamed request body was cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum BodyCut {
 }
 
 /// Shared slot where a [`Limited`] body records why it stopped.
-pub type CutSlot = Arc<Mutex<Option<BodyCut>>>;
+pub(crate) type CutSlot = Arc<Mutex<Option<BodyCut>>>;
 
 pin_project_lite::pin_project! {
     /// An incoming body bounded in size and total time.

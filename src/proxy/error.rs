@@ -42,8 +42,6 @@ pub enum ProxyError {
     },
     #[error("no healthy upstream")]
     NoUpstream,
-    #[error("draining")]
-    Draining,
     #[error("upstream did not answer in time")]
     GatewayTimeout,
     #[error("plain HTTP is not allowed for this path; use https")]
@@ -92,7 +90,7 @@ impl ProxyError {
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Loop => StatusCode::LOOP_DETECTED,
             Self::BadGateway { .. } => StatusCode::BAD_GATEWAY,
-            Self::NoUpstream | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
+            Self::NoUpstream => StatusCode::SERVICE_UNAVAILABLE,
             Self::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::PlainHttp => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -115,7 +113,7 @@ impl ProxyError {
             | Self::MethodNotAllowed(_)
             | Self::NotFound => Blame::Client,
             Self::BadGateway { .. } | Self::GatewayTimeout => Blame::Upstream,
-            Self::NoUpstream | Self::Draining => Blame::Proxy,
+            Self::NoUpstream => Blame::Proxy,
         }
     }
 
@@ -133,7 +131,6 @@ impl ProxyError {
             Self::Loop => "loop_detected",
             Self::BadGateway { .. } => "bad_gateway",
             Self::NoUpstream => "no_healthy_upstream",
-            Self::Draining => "draining",
             Self::GatewayTimeout => "gateway_timeout",
             Self::PlainHttp => "forbidden",
             Self::MethodNotAllowed(_) => "method_not_allowed",
@@ -234,7 +231,11 @@ pub(super) fn refused_head_response(
 }
 
 /// The proxy's own JSON error response.
-pub fn json_response(status: StatusCode, code: &str, message: &str) -> Response<ResponseBody> {
+pub(crate) fn json_response(
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) -> Response<ResponseBody> {
     let body = json_body(status, code, message);
     let mut resp = Response::new(ResponseBody::full(body));
     *resp.status_mut() = status;

@@ -39,7 +39,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 /// Endpoints asked at the same time.
-pub const MAX_CONCURRENT: usize = 16;
+pub(crate) const MAX_CONCURRENT: usize = 16;
 
 /// A losing answer's body is read (to keep its connection) only up to this size and time.
 const DRAIN_BYTES: u64 = 64 * 1024;

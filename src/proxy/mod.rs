@@ -7,25 +7,24 @@
 //! retried on another endpoint. Larger bodies are streamed through a size and time limit.
 
 mod admit;
-pub mod body;
+pub(crate) mod body;
 mod error;
-pub mod find;
+pub(crate) mod find;
 pub mod headers;
 pub mod jsonrpc;
 mod log;
-pub mod pool;
-pub mod response;
+pub(crate) mod pool;
+pub(crate) mod response;
 mod retry;
 pub mod route;
-pub mod upstream;
+pub(crate) mod upstream;
 
-pub use error::{json_response, Blame, Gateway, ProxyError};
+pub(crate) use error::{json_response, Blame, Gateway, ProxyError};
 
 use crate::config::Limits;
 use crate::metrics::Metrics;
 use crate::tls::ClientIdentity;
 use body::{CutSlot, Limited, RequestBody};
-use bytes::Bytes;
 use headers::Framing;
 use http::{header, HeaderValue, Request, Response, Version};
 use http_body::Body as _;
@@ -38,12 +37,12 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 /// Bodies up to this size (with a known length) are buffered before forwarding.
-pub const BUFFER_LIMIT: u64 = 64 * 1024;
+pub(crate) const BUFFER_LIMIT: u64 = 64 * 1024;
 
 /// Set on a request by the listener when its HTTP/1.1 framing was ambiguous in a way hyper
 /// resolved before the service could see it (see `listen::guard`): the reason to refuse it.
 #[derive(Clone, Copy, Debug)]
-pub struct FramingRefused(pub &'static str);
+pub(crate) struct FramingRefused(pub &'static str);
 
 /// What the listener knows about the connection a request came on.
 #[derive(Clone, Debug, Default)]
@@ -119,10 +118,6 @@ impl Proxy {
         self.jsonrpc = on;
         self.listener_metrics = log::ListenerMetrics::new(&self.metrics, &self.listener, on);
         self
-    }
-
-    pub fn listener(&self) -> &str {
-        &self.listener
     }
 
     /// Handles one request; never fails: errors become the proxy's own responses.
@@ -322,9 +317,4 @@ fn cut_error(cut: &CutSlot, max: u64) -> Option<ProxyError> {
         body::BodyCut::Timeout => ProxyError::BodyTimeout,
         body::BodyCut::Client => ProxyError::BadRequest("malformed or incomplete request body"),
     })
-}
-
-/// An empty body, for responses that have none.
-pub fn empty() -> ResponseBody {
-    ResponseBody::full(Bytes::new())
 }

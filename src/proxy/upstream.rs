@@ -28,7 +28,7 @@ use tokio::time::Instant;
 /// How long an unused connection stays in the pool. Below the idle timeout of Ironic's own
 /// server (cheroot closes a connection idle for 10 s), so the proxy closes first and never
 /// sends a request into a connection the server is closing at that moment.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Idle connections kept per endpoint; more are closed when they come back.
 const MAX_IDLE: usize = 256;
@@ -38,13 +38,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Connects to one upstream address.
 #[derive(Clone)]
-pub struct Connector {
+pub(crate) struct Connector {
     addr: Arc<UpstreamAddr>,
     tls: Option<crate::tls::peer::PeerTls>,
 }
 
 impl Connector {
-    pub fn new(addr: UpstreamAddr, tls: Option<crate::tls::peer::PeerTls>) -> Self {
+    pub(crate) fn new(addr: UpstreamAddr, tls: Option<crate::tls::peer::PeerTls>) -> Self {
         Self {
             addr: Arc::new(addr),
             tls,

@@ -8,7 +8,7 @@
 
 pub mod allow;
 mod client_id;
-pub mod peer;
+pub(crate) mod peer;
 
 pub use client_id::ClientIdentity;
 
@@ -100,9 +100,9 @@ pub struct Reloadable<T> {
 }
 
 /// A listener's server configuration.
-pub type ReloadableServer = Reloadable<ServerConfig>;
+pub(crate) type ReloadableServer = Reloadable<ServerConfig>;
 /// The client configuration towards peers.
-pub type ReloadableClient = Reloadable<rustls::ClientConfig>;
+pub(crate) type ReloadableClient = Reloadable<rustls::ClientConfig>;
 
 impl<T: Send + Sync + 'static> Reloadable<T> {
     /// A configuration that does not change (tests, benches).

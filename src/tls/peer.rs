@@ -29,7 +29,7 @@ impl PeerTls {
 }
 
 /// Client configuration for peers from one identity generation (HTTP/1.1 only).
-pub fn client_config(material: &Material) -> Result<Arc<ClientConfig>, rustls::Error> {
+pub(crate) fn client_config(material: &Material) -> Result<Arc<ClientConfig>, rustls::Error> {
     let provider = Arc::new(crate::crypto::provider());
     let mut cfg = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(crate::crypto::policy::current().versions())?
@@ -46,7 +46,7 @@ pub fn client_config(material: &Material) -> Result<Arc<ClientConfig>, rustls::E
 /// failure was not TLS (refused, reset, timeout). Used for real requests and for health checks
 /// alike: a peer whose certificate fails never passes a check, so the checks are where its
 /// refusal shows.
-pub fn failure_reason<'a>(
+pub(crate) fn failure_reason<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<(&'static str, &'a rustls::Error)> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);

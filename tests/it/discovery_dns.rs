@@ -8,8 +8,8 @@ use crate::support::dnsmasq;
 use std::time::Duration;
 
 use dnsmasq::{Dnsmasq, SrvRecord};
-use ironic_proxy::discovery::{self, DiscoveryOptions, Endpoint, EndpointSet, Target};
-use ironic_proxy::metrics::{Metrics, UpstreamLabels};
+use ironic_proxy::{spawn_discovery, DiscoveryOptions, Endpoint, EndpointSet, Target};
+use ironic_proxy::{Metrics, UpstreamLabels};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -37,7 +37,7 @@ impl Discovery {
             fallback: Vec::new(),
         };
         let target: Target = target.parse().expect("valid target");
-        let (rx, task) = discovery::spawn("api".to_owned(), target, opts, metrics.clone())
+        let (rx, task) = spawn_discovery("api".to_owned(), target, opts, metrics.clone())
             .expect("discovery starts");
         Self {
             rx,
