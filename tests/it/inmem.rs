@@ -1,7 +1,7 @@
 //! Framing, header and limit cases in memory: the client is one end of a `tokio::io::duplex`,
-//! the other end is served by `listen::serve_stream` (a listener's connection handling, without
-//! the accept loop or TLS), and the upstream is a real HTTP/1.1 server (hyper) on a unix socket
-//! in a temp dir that records every request head it receives.
+//! the other end is served by `ironic_proxy::serve_stream` (a listener's connection handling,
+//! without the accept loop or TLS), and the upstream is a real HTTP/1.1 server (hyper) on a
+//! unix socket in a temp dir that records every request head it receives.
 //!
 //! The runtime's clock is paused: timeouts fire as soon as nothing else can run, so a 2 s head
 //! timeout takes no wall time and is measured exactly on the virtual clock. The same cases run
@@ -15,10 +15,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use ironic_proxy::config::{Limits, UpstreamAddr};
-use ironic_proxy::listen::serve_stream;
-use ironic_proxy::metrics::Metrics;
-use ironic_proxy::proxy::pool::{Pool, PoolOptions};
-use ironic_proxy::proxy::{ConnInfo, Proxy};
+use ironic_proxy::{serve_stream, ConnInfo, Metrics, Pool, PoolOptions, Proxy};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
