@@ -460,6 +460,9 @@ pub(crate) fn endpoints(node: &Node, state: &str) -> f64 {
 /// One request's outcome as the client saw it.
 #[derive(Clone, Debug)]
 pub(crate) struct Outcome {
+    /// When the request was sent.
+    pub sent: Instant,
+    /// When its answer (or failure) came.
     pub at: Instant,
     /// The answering backend (`x-backend`), or the error: a status other than 200 or an I/O
     /// failure.
@@ -498,8 +501,10 @@ impl Load {
                 let mut conn: Option<HttpConn<TcpStream>> = None;
                 move |n| {
                     let path = format!("/load/{w}/{n}");
+                    let sent = Instant::now();
                     let result = request_backend(&mut conn, addr, method, &path);
                     Outcome {
+                        sent,
                         at: Instant::now(),
                         result,
                     }
