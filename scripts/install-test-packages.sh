@@ -1,8 +1,8 @@
 #!/bin/sh
 # Debian packages the test suite needs beyond the Rust toolchain.
 #
-# - dnsmasq: the real DNS server of tests/discovery_dns.rs (tests/support/dnsmasq.rs starts one
-#   per test on 127.0.0.1 and a free port; no system service is used or needed).
+# - dnsmasq: the real DNS server of tests/it/discovery_dns.rs (tests/it/support/dnsmasq.rs
+#   starts one per test on 127.0.0.1 and a free port; no system service is used or needed).
 #
 # Run as root (CI runs as root). Idempotent.
 set -eu

@@ -4,12 +4,14 @@
 //! Owns three guarantees:
 //! - Nothing reaches the upstream unauthenticated unless its path is public by the strict rule
 //!   of [`public`] (literal, canonical, case-sensitive).
-//! - bcrypt never runs on the event loop: verifications run on the blocking pool, at most
-//!   [`Limiter::permits`] at once for the whole process, with at most [`Limiter::queue`] more
-//!   waiting; past that a request is answered 503 without verifying, so a flood of wrong
-//!   passwords costs a bounded share of CPU and other connections keep their latency.
+//! - bcrypt never runs on the event loop: verifications run on threads of their own at the
+//!   lowest CPU priority (see [`verifier`]), at most half the CPUs at once for the whole
+//!   process, with at most 32 more waiting (see [`Limiter`]); past that a request is answered 503
+//!   without verifying, so a flood of wrong passwords costs a bounded share of CPU and other
+//!   connections keep their latency.
 //! - A credential verified once is remembered (see [`cache`]) until the file changes, so a
-//!   keep-alive client pays bcrypt once, not per request.
+//!   keep-alive client pays bcrypt once, not per request; requests with the same credentials
+//!   arriving while it is verified wait for that one verification (see [`inflight`]).
 //!
 //! The htpasswd file is re-read when its bytes change (polled like the certificates) and on
 //! SIGHUP; a file that does not parse keeps the last good one, logs a warning and counts in
@@ -19,9 +21,11 @@
 pub(crate) mod cache;
 mod config;
 pub(crate) mod htpasswd;
+pub(crate) mod inflight;
 pub(crate) mod public;
 #[cfg(test)]
 mod tests;
+pub(crate) mod verifier;
 
 pub(crate) use config::{from_toml, AuthConfig};
 pub(crate) use htpasswd::{HtpasswdError, Users};
@@ -105,6 +109,7 @@ impl Outcome {
 pub(crate) struct Limiter {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
+    permits: usize,
     queue: usize,
 }
 
@@ -123,8 +128,14 @@ impl Limiter {
         Self {
             slots: Arc::new(Semaphore::new(permits)),
             waiting: AtomicUsize::new(0),
+            permits,
             queue,
         }
+    }
+
+    /// How many verifications run at once (the size of the [`verifier`] pool).
+    fn permits(&self) -> usize {
+        self.permits
     }
 
     /// A verification slot, waiting in the bounded queue if need be; `None` when it is full.
@@ -160,6 +171,7 @@ pub struct Gate {
     challenge: HeaderValue,
     users: ArcSwap<Generation>,
     cache: cache::Cache,
+    inflight: inflight::InFlight,
     counters: Vec<Counter>,
 }
 
@@ -217,6 +229,7 @@ impl Gate {
             challenge,
             users: ArcSwap::from_pointee(Generation { number: 0, users }),
             cache: cache::Cache::new().map_err(|_| AuthError::Random)?,
+            inflight: inflight::InFlight::default(),
             counters,
         })
     }
@@ -278,20 +291,31 @@ impl Gate {
                 None => return Outcome::UnknownUser,
             },
         };
-        let Some(permit) = Limiter::global().acquire().await else {
+        // The same credentials already being verified: wait for that answer.
+        let leader = match self.inflight.join(generation.number, tag) {
+            inflight::Turn::Lead(leader) => leader,
+            inflight::Turn::Follow(answer) => {
+                return match (known, inflight::answer(answer).await) {
+                    (_, None) => Outcome::QueueFull,
+                    (true, Some(true)) => Outcome::OkCached,
+                    (true, Some(false)) => Outcome::WrongPassword,
+                    (false, Some(_)) => Outcome::UnknownUser,
+                };
+            }
+        };
+        let limiter = Limiter::global();
+        let Some(permit) = limiter.acquire().await else {
             return Outcome::QueueFull;
         };
-        let verified = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            bcrypt::verify(&password, &hash).unwrap_or(false)
-        })
-        .await
-        .unwrap_or(false);
+        let verified = verifier::Pool::global(limiter.permits())
+            .verify(password, hash, permit)
+            .await;
+        if known && verified {
+            self.cache.insert(generation.number, tag);
+        }
+        leader.finish(verified);
         match (known, verified) {
-            (true, true) => {
-                self.cache.insert(generation.number, tag);
-                Outcome::Ok
-            }
+            (true, true) => Outcome::Ok,
             (true, false) => Outcome::WrongPassword,
             (false, _) => Outcome::UnknownUser,
         }

@@ -151,3 +151,83 @@ async fn limiter_bounds_the_queue() {
     drop(held);
     assert!(waiting.remove(0).await);
 }
+
+#[tokio::test]
+async fn the_verification_threads_answer_and_release_the_slot() {
+    let hash = bcrypt::hash_with_result("right", 4)
+        .unwrap()
+        .format_for_version(bcrypt::Version::TwoY);
+    let pool = verifier::Pool::global(1);
+    // No queue: each acquire below succeeds only if the previous verification gave its slot back.
+    let l = Limiter::new(1, 0);
+    for (password, hash, expected) in [
+        (&b"right"[..], hash.as_str(), true),
+        (b"wrong", hash.as_str(), false),
+        (b"right", "$2y$04$not-a-bcrypt-hash", false),
+    ] {
+        let slot = l.acquire().await.expect("the slot was given back");
+        assert!(l.acquire().await.is_none());
+        let ok = pool.verify(password.to_vec(), hash.to_owned(), slot).await;
+        assert_eq!(ok, expected, "{password:?} against {hash}");
+    }
+}
+
+/// A gate on one user `admin:right` (bcrypt cost 4), no public paths.
+fn gate(metrics: &Metrics) -> Gate {
+    let hash = bcrypt::hash_with_result("right", 4)
+        .unwrap()
+        .format_for_version(bcrypt::Version::TwoY);
+    let users = Users::parse(format!("admin:{hash}\n").as_bytes()).unwrap();
+    let cfg = AuthConfig {
+        htpasswd: "/nonexistent".into(),
+        realm: config::DEFAULT_REALM.to_owned(),
+        public: Vec::new(),
+        forward_authorization: true,
+    };
+    Gate::new("api", &cfg, users, metrics).unwrap()
+}
+
+fn request(user: &str, password: &str) -> Request<()> {
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    Request::get("/v1/nodes")
+        .header(header::AUTHORIZATION, format!("Basic {token}"))
+        .body(())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_with_the_same_credentials_share_one_verification() {
+    let metrics = Metrics::new();
+    let gate = Arc::new(gate(&metrics));
+    let count = |o: Outcome| gate.counters[o as usize].get();
+    // 64 clients start at once with a credential nobody verified yet: more than the queue
+    // holds (1 + 32 on this machine), yet one bcrypt answers them all, and none gets 503.
+    for (password, ok) in [("right", true), ("wrong", false)] {
+        let before = (count(Outcome::Ok), count(Outcome::WrongPassword));
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let gate = gate.clone();
+                tokio::spawn(async move { gate.admit(&mut request("admin", password)).await })
+            })
+            .collect();
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(()) => assert!(ok, "{password} let through"),
+                Err(Deny::Unauthorized { .. }) => assert!(!ok, "{password} refused"),
+                Err(Deny::Busy { .. }) => panic!("{password}: 503 although one verification runs"),
+            }
+        }
+        assert!(
+            gate.inflight.is_idle(),
+            "an entry outlived its verification"
+        );
+        if ok {
+            // Later arrivals may find the cache instead; bcrypt ran once either way.
+            assert_eq!(count(Outcome::Ok) - before.0, 1);
+            assert_eq!(count(Outcome::OkCached), 63);
+        }
+    }
+    // A different password is verified on its own, not answered from another's verification.
+    assert!(gate.admit(&mut request("admin", "right")).await.is_ok());
+    assert!(gate.admit(&mut request("admin", "other")).await.is_err());
+}

@@ -1,0 +1,162 @@
+//! SIGTERM/SIGINT drain of the real binary: in-flight requests complete, new connections are
+//! refused, `/readyz` turns 503, idle keep-alive connections close, and the process exits 0
+//! within `limits.drain_timeout`.
+
+use crate::support;
+
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use support::{curl, json_object, poll_until, HttpConn, Sandbox, Tls, Upstream};
+
+/// True when a new TCP connection to `addr` is refused by the kernel (nothing listens).
+fn refused(addr: std::net::SocketAddr) -> bool {
+    matches!(
+        TcpStream::connect_timeout(&addr, Duration::from_millis(200)),
+        Err(e) if e.kind() == ErrorKind::ConnectionRefused
+    )
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_refuses_new_connections_and_exits_0() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let mut proxy = sb
+        .proxy()
+        .listener("api", Tls::Server, &up.address())
+        .listener("plain", Tls::None, &up.address())
+        .limit_dur("drain_timeout", "5s")
+        .start();
+    let api = proxy.addr("api");
+    let plain = proxy.addr("plain");
+
+    // An idle keep-alive connection from before the signal.
+    let mut idle = HttpConn::tcp(plain).unwrap();
+    assert_eq!(idle.get("/warm").unwrap().status, 200);
+
+    // A slow request in flight when the signal arrives.
+    let ca = sb.path("ca.crt").display().to_string();
+    let url = proxy.url("api", "/slow?delay_ms=1500");
+    let slow = std::thread::spawn(move || curl(&["--cacert", &ca, "-w", "\n%{http_code}", &url]));
+    up.wait_for(2, Duration::from_secs(5));
+
+    let signalled = Instant::now();
+    proxy.signal("TERM");
+
+    let readyz = poll_until(Duration::from_secs(1), || {
+        proxy.admin_get("/readyz").ok().filter(|r| r.status == 503)
+    });
+    let readyz = readyz.expect("/readyz must answer 503 while draining");
+    assert!(readyz.text().contains("draining"), "{}", readyz.text());
+
+    let refused_after = poll_until(Duration::from_secs(1), || {
+        (refused(api) && refused(plain)).then(|| signalled.elapsed())
+    });
+    assert!(
+        refused_after.is_some(),
+        "new connections must be refused while the slow request drains"
+    );
+    assert!(
+        idle.wait_closed(Duration::from_secs(1)).is_some(),
+        "an idle keep-alive connection must not hold up the drain"
+    );
+
+    let out = slow.join().unwrap();
+    assert!(out.ok(), "{out:?}");
+    let (body, status) = out.stdout.rsplit_once('\n').unwrap();
+    assert_eq!(status, "200", "the in-flight request completes: {out:?}");
+    assert_eq!(json_object(body)["path"], "/slow");
+
+    let exit = proxy.wait_exit(Duration::from_secs(6));
+    let took = signalled.elapsed();
+    assert_eq!(
+        exit.and_then(|s| s.code()),
+        Some(0),
+        "exit status after SIGTERM"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "exited {took:?} after SIGTERM; drain_timeout is 5s and the request needed 1.5s"
+    );
+    assert!(
+        proxy.logs().iter().any(|l| l.contains("drained")),
+        "{:?}",
+        proxy.logs()
+    );
+    let paths: Vec<String> = up.all().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/warm", "/slow?delay_ms=1500"]);
+}
+
+#[test]
+fn a_request_longer_than_drain_timeout_is_cut_and_the_process_exits_0_on_time() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let mut proxy = sb
+        .proxy()
+        .listener("plain", Tls::None, &up.address())
+        .limit_dur("drain_timeout", "1s")
+        .start();
+    let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
+    c.send(b"GET /very-slow?delay_ms=8000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    up.wait_for(1, Duration::from_secs(5));
+    let signalled = Instant::now();
+    proxy.signal("TERM");
+    let exit = proxy.wait_exit(Duration::from_secs(4));
+    let took = signalled.elapsed();
+    assert_eq!(exit.and_then(|s| s.code()), Some(0));
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "exit {took:?} after SIGTERM with drain_timeout 1s"
+    );
+    assert!(
+        proxy.logs().iter().any(|l| l.contains("drain timeout")),
+        "{:?}",
+        proxy.logs()
+    );
+    // The cut connection is closed, not left hanging.
+    let (_, closed) = c.drain(Duration::from_secs(2));
+    assert!(closed);
+}
+
+#[test]
+fn sigint_drains_like_sigterm() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let mut proxy = sb
+        .proxy()
+        .listener("plain", Tls::None, &up.address())
+        .start();
+    let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
+    assert_eq!(c.get("/x").unwrap().status, 200);
+    let signalled = Instant::now();
+    proxy.signal("INT");
+    let exit = proxy.wait_exit(Duration::from_secs(4));
+    assert_eq!(exit.and_then(|s| s.code()), Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(1),
+        "nothing in flight: exit at once, took {:?}",
+        signalled.elapsed()
+    );
+}
+
+/// A signal sent the moment `/readyz` says 200 is handled, not fatal: the handlers must be in
+/// place before the proxy reports ready (a reloader may send SIGHUP right after start, the
+/// kubelet SIGTERM). Timing-dependent, so it tries a few starts; it cannot pass by accident.
+#[test]
+fn signals_sent_right_after_ready_are_handled() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let builder = sb.proxy().listener("api", Tls::Server, &up.address());
+    for i in 0..6 {
+        let mut proxy = builder.start();
+        proxy.signal("HUP");
+        proxy.signal("TERM");
+        let exit = proxy.wait_exit(Duration::from_secs(5));
+        assert_eq!(
+            exit.and_then(|s| s.code()),
+            Some(0),
+            "start {i}: SIGHUP then SIGTERM right after ready must drain and exit 0, got {exit:?}"
+        );
+    }
+}

@@ -1,0 +1,315 @@
+//! TCP backends for load-balancing tests: real HTTP/1.1 servers (hyper) on chosen loopback
+//! addresses (`127.0.x.y`, several on one port so that one DNS name with several A records
+//! reaches all of them), optionally serving TLS with a given certificate.
+//!
+//! Each backend answers every request with its own id (body and `x-backend` header) after a
+//! configurable delay, and answers its health path ([`HEALTH_PATH`]) with 200 or 503 as the test
+//! decides. It records what it received (requests and health checks apart, with the time they
+//! arrived, and the client certificate on TLS) and can be stopped, which closes its listener and
+//! every open connection at once, and restarted on the same address.
+//!
+//! It runs on its own thread and runtime, so tests can block freely.
+
+use crate::support::upstream::{accept_until, serve_on_thread};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The path health checks must use (`health = { path = "/health" }`).
+pub(crate) const HEALTH_PATH: &str = "/health";
+
+/// One request as the backend received it.
+#[derive(Clone, Debug)]
+pub(crate) struct Hit {
+    pub at: Instant,
+    /// The leaf certificate (DER) the client presented, on TLS backends that asked for one.
+    pub client_cert: Option<Vec<u8>>,
+}
+
+/// TLS for a backend: its certificate and key (PEM), and optionally a CA whose client
+/// certificates it asks for (and records; a client without one is still served).
+#[derive(Clone, Debug)]
+pub(crate) struct BackendTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub client_ca_pem: Option<String>,
+}
+
+struct Shared {
+    id: String,
+    delay_ms: AtomicU64,
+    healthy: AtomicBool,
+    hits: Mutex<Vec<Hit>>,
+    /// Health checks received: when, and whether they were answered 200.
+    checks: Mutex<Vec<(Instant, bool)>>,
+    handshake_failures: AtomicU64,
+}
+
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// A running (or stopped) backend.
+pub(crate) struct Backend {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    running: Option<Running>,
+}
+
+/// Binds one listener per address, all on the same free port.
+pub(crate) fn bind_same_port(ips: &[IpAddr]) -> Vec<TcpListener> {
+    for _ in 0..100 {
+        let first = TcpListener::bind(SocketAddr::new(ips[0], 0)).expect("bind a loopback port");
+        let port = first.local_addr().expect("local address").port();
+        let mut all = vec![first];
+        for ip in &ips[1..] {
+            match TcpListener::bind(SocketAddr::new(*ip, port)) {
+                Ok(l) => all.push(l),
+                Err(_) => break,
+            }
+        }
+        if all.len() == ips.len() {
+            return all;
+        }
+    }
+    panic!("no port free on all of {ips:?}");
+}
+
+/// `127.0.<net>.<host>`.
+pub(crate) fn ip(net: u8, host: u8) -> IpAddr {
+    IpAddr::from([127, 0, net, host])
+}
+
+impl Backend {
+    /// Starts a plain HTTP backend on `listener`, healthy, answering at once.
+    pub(crate) fn start(id: &str, listener: TcpListener) -> Self {
+        Self::start_with(id, listener, None)
+    }
+
+    /// Starts a backend serving TLS.
+    pub(crate) fn start_tls(id: &str, listener: TcpListener, tls: &BackendTls) -> Self {
+        Self::start_with(id, listener, Some(server_config(tls)))
+    }
+
+    fn start_with(id: &str, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
+        let shared = Arc::new(Shared {
+            id: id.to_owned(),
+            delay_ms: AtomicU64::new(0),
+            healthy: AtomicBool::new(true),
+            hits: Mutex::new(Vec::new()),
+            checks: Mutex::new(Vec::new()),
+            handshake_failures: AtomicU64::new(0),
+        });
+        let mut b = Self {
+            addr: listener.local_addr().expect("local address"),
+            shared,
+            tls,
+            running: None,
+        };
+        b.run(listener);
+        b
+    }
+
+    fn run(&mut self, listener: TcpListener) {
+        listener.set_nonblocking(true).expect("nonblocking");
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let thread = serve_on_thread(
+            &format!("backend-{}", self.shared.id),
+            serve(listener, self.shared.clone(), self.tls.clone(), stopped),
+        );
+        self.running = Some(Running { stop, thread });
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// Closes the listener and every connection (a killed process, as far as peers can tell).
+    pub(crate) fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            let _ = r.stop.send(());
+            let _ = r.thread.join();
+        }
+    }
+
+    /// Starts again on the same address (the records are kept).
+    pub(crate) fn restart(&mut self) {
+        assert!(self.running.is_none(), "backend {} is running", self.id());
+        let mut last = None;
+        for _ in 0..200 {
+            match TcpListener::bind(self.addr) {
+                Ok(l) => return self.run(l),
+                Err(e) => last = Some(e),
+            }
+            // Poll interval: retries the bind until the old listener's port is free.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("cannot bind {} again: {last:?}", self.addr);
+    }
+
+    pub(crate) fn set_healthy(&self, ok: bool) {
+        self.shared.healthy.store(ok, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_delay(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.shared.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Requests received (health checks excluded).
+    pub(crate) fn hits(&self) -> Vec<Hit> {
+        self.shared.hits.lock().expect("hits").clone()
+    }
+
+    pub(crate) fn hit_count(&self) -> usize {
+        self.shared.hits.lock().expect("hits").len()
+    }
+
+    /// Health checks received: arrival time and whether the answer was 200.
+    pub(crate) fn checks(&self) -> Vec<(Instant, bool)> {
+        self.shared.checks.lock().expect("checks").clone()
+    }
+
+    /// TLS handshakes that failed (the client refused our certificate, say).
+    pub(crate) fn handshake_failures(&self) -> u64 {
+        self.shared.handshake_failures.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn server_config(tls: &BackendTls) -> Arc<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions");
+    let builder = match &tls.client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(c.expect("client CA PEM")).expect("add client CA");
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .expect("client verifier");
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(tls.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .expect("backend certificate PEM");
+    let key = PrivateKeyDer::from_pem_slice(tls.key_pem.as_bytes()).expect("backend key PEM");
+    let mut cfg = builder
+        .with_single_cert(certs, key)
+        .expect("backend certificate and key");
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(cfg)
+}
+
+async fn serve(
+    std_listener: TcpListener,
+    shared: Arc<Shared>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = tokio::net::TcpListener::from_std(std_listener).expect("tokio listener");
+    while let Some(stream) = accept_until(|| listener.accept(), &mut stopped).await {
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                None => serve_conn(TokioIo::new(stream), shared, None).await,
+                Some(cfg) => {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+                    let accepted =
+                        tokio::time::timeout(Duration::from_secs(5), acceptor.accept(stream)).await;
+                    match accepted {
+                        Ok(Ok(s)) => {
+                            let cert = s
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .map(|c| c.to_vec());
+                            serve_conn(TokioIo::new(s), shared, cert).await;
+                        }
+                        _ => {
+                            shared.handshake_failures.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn serve_conn<I>(io: I, shared: Arc<Shared>, client_cert: Option<Vec<u8>>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let shared = shared.clone();
+        let cert = client_cert.clone();
+        async move { Ok::<_, Infallible>(handle(req, &shared, cert).await) }
+    });
+    let _ = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(io, svc)
+        .await;
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    shared: &Shared,
+    client_cert: Option<Vec<u8>>,
+) -> Response<Full<Bytes>> {
+    let at = Instant::now();
+    let (parts, body) = req.into_parts();
+    let _ = body.collect().await;
+    let reply = |status: u16, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = hyper::StatusCode::from_u16(status).expect("status");
+        r.headers_mut().insert(
+            "x-backend",
+            hyper::header::HeaderValue::from_str(&shared.id).expect("backend id"),
+        );
+        r
+    };
+    if parts.uri.path() == HEALTH_PATH {
+        let ok = shared.healthy.load(Ordering::SeqCst);
+        shared.checks.lock().expect("checks").push((at, ok));
+        return reply(if ok { 200 } else { 503 }, shared.id.clone());
+    }
+    shared
+        .hits
+        .lock()
+        .expect("hits")
+        .push(Hit { at, client_cert });
+    let delay = shared.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        // Exercised: the slow backend a test asked for.
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    reply(200, shared.id.clone())
+}
