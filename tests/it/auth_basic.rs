@@ -570,11 +570,25 @@ fn a_wrong_password_flood_does_not_stall_an_authenticated_client() {
         } else {
             &[("IRONIC_PROXY_WORKER_THREADS", workers)]
         };
-        flood_against_one_client(env);
+        // A p99 over 2x is measured once more, on a new proxy: on a shared machine about one
+        // run in nine went over by noise (2.03x, 2.14x above). A stalled event loop fails both
+        // (bcrypt on it: hundreds of times the idle p99; on tokio's normal-priority blocking
+        // pool: 2 to 5x in every run measured).
+        let (idle, during) = flood_against_one_client(env);
+        if during > idle * 2 {
+            println!("{env:?}: p99 {during:?} > 2 x idle p99 {idle:?}; measuring again");
+            let (idle, during) = flood_against_one_client(env);
+            assert!(
+                during <= idle * 2,
+                "twice: p99 {during:?} > 2 x idle p99 {idle:?}"
+            );
+        }
     }
 }
 
-fn flood_against_one_client(env: &[(&str, &str)]) {
+/// One flood against a new proxy; every check but the p99 bound is asserted here. Returns the
+/// authenticated client's idle and during-the-flood p99.
+fn flood_against_one_client(env: &[(&str, &str)]) -> (Duration, Duration) {
     const FLOOD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/flood.py");
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
@@ -690,10 +704,6 @@ fn flood_against_one_client(env: &[(&str, &str)]) {
     assert_eq!(statuses.len(), 2000);
     assert_eq!(n401 + n503, 2000, "{statuses:?}");
     assert!(n401 > 0, "no wrong password was verified");
-    assert!(
-        during_p99 <= idle_p99 * 2,
-        "p99 {during_p99:?} > 2 x idle p99 {idle_p99:?}"
-    );
     assert!(during.len() >= 100, "too few samples during the flood");
     // The verifications ran on the proxy's bcrypt threads, at the lowest priority.
     let nice = bcrypt_threads_nice(proxy.pid());
@@ -706,6 +716,7 @@ fn flood_against_one_client(env: &[(&str, &str)]) {
     assert!(got
         .iter()
         .all(|r| r.header("authorization") == Some(right.as_str())));
+    (idle_p99, during_p99)
 }
 
 /// The nice value of each `bcrypt-N` thread of process `pid`, from /proc (as `ps -L` shows it).
