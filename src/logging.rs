@@ -237,7 +237,7 @@ pub struct Timestamp;
 impl FormatTime for Timestamp {
     fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
         let system = tracing_subscriber::fmt::time::SystemTime;
-        let mut text = StackText::default();
+        let mut text = StackText::<32>::default();
         if system.format_time(&mut Writer::new(&mut text)).is_ok() {
             w.write_str(text.as_str())
         } else {
@@ -247,20 +247,30 @@ impl FormatTime for Timestamp {
     }
 }
 
-/// Room for a timestamp on the stack (`2026-11-30T14:20:00.000000Z` is 27 bytes).
-#[derive(Default)]
-struct StackText {
-    buf: [u8; 32],
+/// Up to `N` bytes of text formatted on the stack: a timestamp (`2026-11-30T14:20:00.000000Z` is
+/// 27 bytes), an IP address in the access log (the longest IPv6 form is 45). A write that does
+/// not fit fails with `fmt::Error`.
+pub(crate) struct StackText<const N: usize> {
+    buf: [u8; N],
     len: usize,
 }
 
-impl StackText {
-    fn as_str(&self) -> &str {
+impl<const N: usize> Default for StackText<N> {
+    fn default() -> Self {
+        Self {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+}
+
+impl<const N: usize> StackText<N> {
+    pub(crate) fn as_str(&self) -> &str {
         std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
     }
 }
 
-impl std::fmt::Write for StackText {
+impl<const N: usize> std::fmt::Write for StackText<N> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         let end = self.len + s.len();
         self.buf

@@ -83,7 +83,7 @@ where
 /// with the default options (timestamp, level, fields, target).
 fn serialize(out: &mut Vec<u8>, event: &Event<'_>) -> Result<(), serde_json::Error> {
     let meta = event.metadata();
-    let mut timestamp = super::StackText::default();
+    let mut timestamp = super::StackText::<32>::default();
     let mut ser = serde_json::Serializer::new(out);
     let mut map = ser.serialize_map(None)?;
     if Timestamp

@@ -206,32 +206,8 @@ impl std::fmt::Display for Client {
     }
 }
 
-/// Room for an IP address as text (the longest IPv6 form is 45 bytes) on the stack.
-struct IpText {
-    buf: [u8; 48],
-    len: usize,
-}
-
-impl IpText {
-    fn new() -> Self {
-        Self {
-            buf: [0; 48],
-            len: 0,
-        }
-    }
-}
-
-impl std::fmt::Write for IpText {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        self.buf
-            .get_mut(self.len..end)
-            .ok_or(std::fmt::Error)?
-            .copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
+/// Room for an IP address as text on the stack.
+type IpText = crate::logging::StackText<48>;
 
 /// `ClientIdentity::display_name` (the first SAN, else the subject) without allocating: an IP
 /// SAN is written into `ip`, anything else is borrowed.
@@ -242,7 +218,7 @@ fn identity_name<'a>(id: &'a ClientIdentity, ip: &'a mut IpText) -> &'a str {
     if let Some(addr) = id.ips.first() {
         use std::fmt::Write as _;
         if write!(ip, "{addr}").is_ok() {
-            return std::str::from_utf8(&ip.buf[..ip.len]).unwrap_or("-");
+            return ip.as_str();
         }
     }
     id.uris.first().unwrap_or(&id.subject)
@@ -273,7 +249,7 @@ impl OnEnd for Record {
         if !tracing::event_enabled!(target: "access", tracing::Level::INFO) {
             return;
         }
-        let mut ip = IpText::new();
+        let mut ip = IpText::default();
         let identity = self.identity.as_deref().map(|i| identity_name(i, &mut ip));
         tracing::info!(
             target: "access",
@@ -338,7 +314,7 @@ mod tests {
             },
         ];
         for id in &ids {
-            let mut ip = IpText::new();
+            let mut ip = IpText::default();
             assert_eq!(identity_name(id, &mut ip), id.display_name(), "{id:?}");
         }
     }
