@@ -42,8 +42,8 @@ pub enum DnsNameError {
     #[error("a label is longer than 63 characters")]
     LabelTooLong,
     #[error(
-        "only letters, digits, '-', '_' and '.' are allowed, not {0:?} (an internationalised \
-         name goes in its xn-- form)"
+        "only letters, digits, '-', '_' and '.' are allowed, not {0:?}{hint}",
+        hint = if .0.is_ascii() { "" } else { " (an internationalised name goes in its xn-- form)" }
     )]
     Character(char),
     #[error("a label starts or ends with '-'")]

@@ -267,4 +267,10 @@ fn messages_name_the_rule() {
     let character = E::Character('\0').to_string();
     assert!(character.starts_with("only letters, digits"), "{character}");
     assert!(character.contains("'\\0'"), "{character}");
+    assert!(!character.contains("xn--"), "{character}");
+    let idn = E::Character('é').to_string();
+    assert!(
+        idn.ends_with("not 'é' (an internationalised name goes in its xn-- form)"),
+        "{idn}"
+    );
 }
