@@ -59,7 +59,7 @@ pub enum DnsNameError {
     Absolute,
     #[error("'_' is for service (SRV) names, not the host names a certificate carries")]
     Underscore,
-    /// pki-types refused a name that [`reason`] passed: a defence, which the unit tests check
+    /// pki-types refused a name that `reason` passed: a defence, which the unit tests check
     /// no case in their tables reaches.
     #[error("not a name rustls accepts")]
     Syntax,
@@ -75,7 +75,7 @@ impl DnsName {
     ///
     /// # Errors
     ///
-    /// The first rule `s` breaks, in the order of [`reason`].
+    /// The first rule `s` breaks, in the order of `reason`.
     pub fn parse(s: &str) -> Result<Self, DnsNameError> {
         let bare = s.strip_suffix('.').unwrap_or(s);
         if let Some(reason) = reason(bare) {

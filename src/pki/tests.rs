@@ -475,8 +475,8 @@ fn wildcards_need_two_labels_after_the_star_as_webpki_does() {
 }
 
 /// webpki fails every DNS SAN checked against a DNS subtree it cannot read (here one with a
-/// trailing dot); `issue_leaf` refuses such SANs instead of signing them, and still signs an
-/// IP-only leaf, which webpki accepts.
+/// trailing or a doubled dot); `issue_leaf` refuses such SANs instead of signing them, and still
+/// signs an IP-only leaf, which webpki accepts.
 #[test]
 fn unreadable_dns_subtrees_refuse_dns_sans_as_webpki_does() {
     for (permitted, excluded) in [(vec!["metal3.svc."], vec![]), (vec![], vec!["x..svc"])] {

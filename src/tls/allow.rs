@@ -3,7 +3,7 @@
 //! A rule is an exact DNS name (`conductor-0.ironic.metal3.svc`), a one-label wildcard
 //! (`*.ironic.metal3.svc` matches `a.ironic.metal3.svc`, not `a.b.ironic.metal3.svc` nor the bare
 //! suffix, as RFC 6125 §6.4.3 wildcards), or `ip:CIDR` (`ip:10.0.0.0/8`, `ip:10.0.0.5`).
-//! Names follow [`DnsName`]'s syntax (rustls'), so a rule never names something no certificate
+//! Names follow `dns_name::DnsName`'s syntax (rustls'), so a rule never names something no certificate
 //! that rustls verifies can carry. DNS comparison is ASCII case-insensitive and ignores one
 //! trailing dot. An empty rule list allows any certificate that chains to the trust bundle.
 
