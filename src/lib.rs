@@ -30,6 +30,7 @@ pub mod cli;
 pub mod config;
 mod crypto;
 mod discovery;
+mod dns_name;
 mod doctor;
 pub mod error;
 mod identity;

@@ -1,8 +1,8 @@
 //! `[identity]`: from its raw table to [`IdentityConfig`].
 
 use super::{msg, Fields, IdentityConfig};
+use crate::dns_name::DnsName;
 use crate::identity::{ExportConfig, IdentitySource, IssuerConfig};
-use crate::tls::allow::AllowRule;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -73,13 +73,13 @@ pub(super) fn identity_from_raw(
                 .enumerate()
                 .filter_map(|(i, s)| f.parse::<IpAddr>(&format!("identity.ip_addresses[{i}]"), s))
                 .collect();
+            // The names of the leaf we issue, so the certificate rules: no wildcard, `_` or
+            // trailing dot (`DnsName::parse_host`).
             for (i, n) in dns_names.iter().enumerate() {
-                if n.parse::<AllowRule>()
-                    .map_or(true, |r| !matches!(r, AllowRule::Dns(_)))
-                {
+                if let Err(reason) = DnsName::parse_host(n) {
                     f.push(
                         format!("identity.dns_names[{i}]"),
-                        msg(format!("invalid DNS name {n:?}")),
+                        msg(format!("invalid DNS name {n:?}: {reason}")),
                     );
                 }
             }

@@ -224,3 +224,38 @@ fn jsonrpc_is_off_by_default_and_rendered_when_on() {
     let e = Config::parse(&bad, &env()).expect_err("a string is not a bool");
     assert!(e.to_string().contains("listeners[0].jsonrpc"), "{e}");
 }
+
+/// `identity.dns_names` are the names of the leaf we issue, so they follow the certificate
+/// rules (`DnsName::parse_host`): refused here, with the key and the reason, not at issuance.
+#[test]
+fn identity_dns_names_are_checked_as_certificate_names() {
+    let cases = [
+        (
+            "pod.ironic.svc.",
+            "a certificate name cannot end with a dot",
+        ),
+        ("a_b.ironic.svc", "'_' is for service (SRV) names"),
+        (
+            "*.ironic.metal3.svc",
+            "only letters, digits, '-', '_' and '.' are allowed, not '*'",
+        ),
+        ("-pod.ironic.svc", "a label starts or ends with '-'"),
+        ("pod.123", "the last label is a number"),
+    ];
+    for (name, reason) in cases {
+        let text = FULL.replace("\"pod.ironic.${NS}.svc\"", &format!("{name:?}"));
+        let e = err(&text);
+        assert!(
+            e.starts_with(&format!(
+                "identity.dns_names[0]: invalid DNS name {name:?}: {reason}"
+            )),
+            "{e}"
+        );
+    }
+    let upper = FULL.replace("pod.ironic.${NS}.svc", "Pod.Ironic.${NS}.svc");
+    let c = Config::parse(&upper, &env()).unwrap();
+    match c.identity.unwrap().source {
+        IdentitySource::Issuer(i) => assert_eq!(i.dns_names, ["Pod.Ironic.metal3.svc"]),
+        other => panic!("{other:?}"),
+    }
+}

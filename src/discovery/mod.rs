@@ -54,6 +54,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::dns_name::{DnsName, DnsNameError};
 use crate::metrics::Metrics;
 
 /// What to resolve for one upstream, parsed from its `dns` key.
@@ -113,32 +114,11 @@ impl FromStr for Target {
     }
 }
 
-/// Checks the syntax of a DNS name (RFC 1035 §2.3.4 lengths; `_` allowed for SRV owner names).
+/// Checks the syntax of a DNS name: [`DnsName`]'s, whose `_` SRV owner names need. The name is
+/// kept as written: a trailing dot makes it absolute, which tells the resolver to skip the search
+/// domains of `/etc/resolv.conf`.
 fn check_name(name: &str) -> Result<(), TargetError> {
-    let bare = name.strip_suffix('.').unwrap_or(name);
-    if bare.is_empty() {
-        return Err(TargetError::Name("the name is empty"));
-    }
-    if bare.len() > 253 {
-        return Err(TargetError::Name("the name is longer than 253 characters"));
-    }
-    for label in bare.split('.') {
-        if label.is_empty() {
-            return Err(TargetError::Name("the name has an empty label"));
-        }
-        if label.len() > 63 {
-            return Err(TargetError::Name("a label is longer than 63 characters"));
-        }
-        if !label
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(TargetError::Name(
-                "only letters, digits, '-', '_' and '.' are allowed",
-            ));
-        }
-    }
-    Ok(())
+    DnsName::parse(name).map(drop).map_err(TargetError::Name)
 }
 
 /// How the resolve loop behaves; see the module documentation for the why.
@@ -195,8 +175,10 @@ pub enum TargetError {
     IpAddress,
     #[error("port `{0}` is not a number in 1..=65535")]
     Port(String),
+    /// The reason is shown, not chained: this error is itself the reason of
+    /// [`DiscoveryError::Target`].
     #[error("not a valid DNS name: {0}")]
-    Name(&'static str),
+    Name(DnsNameError),
 }
 
 /// Spawns the resolve loop on the current tokio runtime.

@@ -581,6 +581,59 @@ fn bad_targets_say_what_is_wrong() {
         .contains("63"));
 }
 
+/// The target's name follows rustls' syntax (`DnsName`): `_` stays allowed for SRV owner names,
+/// and a name no resolver or certificate uses is refused with its reason. The name is kept as
+/// written, trailing dot included (an absolute name skips the search domains).
+#[test]
+fn target_names_follow_the_dns_name_rules() {
+    assert_eq!(
+        "srv:_ironic._tcp.ironic.svc"
+            .parse::<Target>()
+            .expect("valid"),
+        Target::Srv {
+            name: "_ironic._tcp.ironic.svc".to_owned()
+        }
+    );
+    assert_eq!(
+        "Ironic.Metal3.svc.:6385".parse::<Target>().expect("valid"),
+        Target::Host {
+            name: "Ironic.Metal3.svc.".to_owned(),
+            port: 6385
+        }
+    );
+    let cases = [
+        (
+            "-ironic.svc:6385",
+            "not a valid DNS name: a label starts or ends with '-'",
+        ),
+        (
+            "ironic-.svc:6385",
+            "not a valid DNS name: a label starts or ends with '-'",
+        ),
+        (
+            "10.0.0.256:6385",
+            "not a valid DNS name: the last label is a number",
+        ),
+        (
+            "ironic.0x1f:6385",
+            "not a valid DNS name: the last label is a number",
+        ),
+        (
+            "srv:_api._tcp.-x.svc",
+            "not a valid DNS name: a label starts or ends with '-'",
+        ),
+        (
+            "ironic.svc..:6385",
+            "not a valid DNS name: the name has an empty label",
+        ),
+    ];
+    for (input, expected) in cases {
+        let err = input.parse::<Target>().expect_err(input).to_string();
+        assert!(err.starts_with(&format!("`{input}`: ")), "{err}");
+        assert!(err.contains(expected), "{input}: {err}");
+    }
+}
+
 fn with_fallback(addrs: &[&str]) -> DiscoveryOptions {
     DiscoveryOptions {
         fallback: addrs

@@ -11,6 +11,7 @@
 use super::export::{write_atomic, ExportOptions};
 use super::{load_trust, record_expiry, LoadError, Material};
 use super::{ExportConfig, IdentityConfig, IssuerConfig};
+use crate::dns_name::{DnsName, DnsNameError};
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::pki::{issue_leaf, Issuer, LeafRequest, PkiError};
 use rustls::client::danger::ServerCertVerifier;
@@ -33,7 +34,7 @@ pub enum RotateError {
     #[error("identity: cannot build a verifier from identity.trust")]
     Verifier(#[source] rustls::client::VerifierBuilderError),
     #[error("identity: the first SAN is not a name a client can verify")]
-    Name(#[source] rustls_pki_types::InvalidDnsNameError),
+    Name(#[source] DnsNameError),
     #[error("identity: the issued certificate and key do not form a TLS identity")]
     Tls(#[source] rustls::Error),
     #[error("identity.export_dir {dir}")]
@@ -103,13 +104,14 @@ fn verify(
         rustls::client::WebPkiServerVerifier::builder_with_provider(roots.clone(), provider)
             .build()
             .map_err(RotateError::Verifier)?;
-    let name = req
-        .dns_names
-        .first()
-        .cloned()
-        .or_else(|| req.ip_addresses.first().map(ToString::to_string))
-        .unwrap_or_default();
-    let name = ServerName::try_from(name).map_err(RotateError::Name)?;
+    let name = match (req.dns_names.first(), req.ip_addresses.first()) {
+        (Some(dns), _) => DnsName::parse(dns)
+            .map_err(RotateError::Name)?
+            .to_server_name(),
+        (None, Some(ip)) => ServerName::IpAddress((*ip).into()),
+        // `issue_leaf` refuses a request without SANs before this runs.
+        (None, None) => return Err(RotateError::Name(DnsNameError::Empty)),
+    };
     server
         .verify_server_cert(&chain[0], &chain[1..], &name, &[], now)
         .map_err(RotateError::Verify)?;

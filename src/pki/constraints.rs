@@ -5,7 +5,7 @@
 //! - a DNS subtree `example.com` holds `example.com` and any name made by adding labels on the
 //!   left (`a.example.com`, not `badexample.com`); a leading dot (`.example.com`) holds only
 //!   subdomains (OpenSSL and webpki agree on this extension of the RFC); an empty subtree holds
-//!   every name;
+//!   every name; a subtree webpki cannot read (a trailing dot, a bad label) fails every DNS SAN;
 //! - an IP subtree is an address and mask; an address of the other family is never inside it;
 //! - a SAN must lie outside every excluded subtree, and, when there are permitted subtrees of its
 //!   type, inside one of them. Types with no permitted subtree are unconstrained.
@@ -18,6 +18,7 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::{GeneralName, GeneralSubtree};
 
 use super::PkiError;
+use crate::dns_name::{check_san, DnsSuffix, WildcardName};
 
 /// A subject alternative name of a leaf we are asked to sign.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,6 +124,10 @@ impl NameConstraints {
     pub(crate) fn permits(&self, san: &San) -> bool {
         match san {
             San::Dns(name) => {
+                let mut bases = self.permitted.dns.iter().chain(&self.excluded.dns);
+                if !bases.all(|base| readable(base)) {
+                    return false;
+                }
                 let excluded = self
                     .excluded
                     .dns
@@ -207,84 +212,46 @@ fn ip_subtree(bytes: &[u8]) -> Result<IpNet, PkiError> {
         .map_err(|_| unsupported)
 }
 
-/// Whether DNS name `name` lies in the subtree `base` (see the module documentation).
+/// Whether DNS name `name` lies in the subtree `base` (see the module documentation). A base that
+/// is not a valid subtree holds nothing.
 pub(crate) fn dns_within(name: &str, base: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    let base = base.to_ascii_lowercase();
-    if base.is_empty() {
-        return true;
-    }
-    if base.starts_with('.') {
-        return name.len() > base.len() && name.ends_with(&base);
-    }
-    name == base
-        || (name.len() > base.len()
-            && name.ends_with(&base)
-            && name.as_bytes()[name.len() - base.len() - 1] == b'.')
+    base.is_empty() || DnsSuffix::parse(base).is_ok_and(|base| base.contains(name))
 }
 
 /// Whether a wildcard name could expand into `base` (`*.example.com` reaches
 /// `evil.example.com`), which verifiers treat as a hit on an excluded subtree.
 fn wildcard_reaches(name: &str, base: &str) -> bool {
-    let Some(parent) = name.strip_prefix("*.") else {
+    let (Ok(name), Ok(base)) = (WildcardName::parse(name), DnsSuffix::parse(base)) else {
         return false;
     };
-    let base = base.trim_start_matches('.');
-    base.split_once('.')
-        .is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(parent))
+    base.name()
+        .as_str()
+        .split_once('.')
+        .is_some_and(|(_, rest)| rest == name.suffix().as_str())
 }
 
-/// Checks `name` is a host name a verifier accepts as a DNS SAN: letters, digits and hyphens in
-/// labels of 1 to 63 characters, at most 253 characters, an optional `*.` first label, and a last
-/// label that is not all digits (so an IP address given as a DNS name is refused).
+/// Whether webpki can read `base` as a DNS subtree: empty (every name) or a [`DnsSuffix`]. It
+/// fails every DNS SAN checked against one it cannot (`MalformedNameConstraint`).
+fn readable(base: &str) -> bool {
+    base.is_empty() || DnsSuffix::parse(base).is_ok()
+}
+
+/// Checks `name` is a DNS SAN verifiers accept and we issue (`check_san`): a host name, without
+/// `_` or a trailing dot, or a `*.` wildcard before at least two labels; its last label is not a
+/// number, so an IP address given as a DNS name is refused.
 pub(crate) fn check_dns_name(name: &str) -> Result<(), PkiError> {
-    let invalid = |reason| PkiError::InvalidDnsName {
+    check_san(name).map_err(|reason| PkiError::InvalidDnsName {
         name: name.to_owned(),
-        reason,
-    };
-    let rest = name.strip_prefix("*.").unwrap_or(name);
-    check_labels(rest).map_err(invalid)?;
-    let last = rest.rsplit('.').next().unwrap_or(rest);
-    if last.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(invalid(
-            "last label is numeric; use an IP address SAN for addresses",
-        ));
-    }
-    Ok(())
-}
-
-/// Checks a `--permit-dns` suffix: a host name, optionally with a leading dot.
-pub(crate) fn check_dns_suffix(suffix: &str) -> Result<(), PkiError> {
-    let rest = suffix.strip_prefix('.').unwrap_or(suffix);
-    check_labels(rest).map_err(|reason| PkiError::InvalidDnsName {
-        name: suffix.to_owned(),
         reason,
     })
 }
 
-fn check_labels(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("empty name");
-    }
-    if name.len() > 253 {
-        return Err("longer than 253 characters");
-    }
-    for label in name.split('.') {
-        if label.is_empty() {
-            return Err("empty label (leading, trailing or doubled dot)");
-        }
-        if label.len() > 63 {
-            return Err("label longer than 63 characters");
-        }
-        if !label
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
-            return Err("labels may contain only letters, digits and '-'");
-        }
-        if label.starts_with('-') || label.ends_with('-') {
-            return Err("label starts or ends with '-'");
-        }
-    }
-    Ok(())
+/// Checks a `--permit-dns` suffix: a [`DnsSuffix`], a DNS name optionally with a leading dot.
+pub(crate) fn check_dns_suffix(suffix: &str) -> Result<(), PkiError> {
+    DnsSuffix::parse(suffix)
+        .map(drop)
+        .map_err(|reason| PkiError::InvalidDnsName {
+            name: suffix.to_owned(),
+            reason,
+        })
 }

@@ -108,7 +108,10 @@ pub enum PkiError {
     #[error("no subject alternative name requested: give at least one DNS name or IP address")]
     NoSans,
     #[error("invalid DNS name {name:?}: {reason}")]
-    InvalidDnsName { name: String, reason: &'static str },
+    InvalidDnsName {
+        name: String,
+        reason: crate::dns_name::DnsNameError,
+    },
     #[error("SAN {san} is outside the CA's name constraints ({constraints})")]
     SanNotPermitted { san: String, constraints: String },
     #[error("validity must be at least one second and end before year 9999")]

@@ -436,3 +436,91 @@ fn issuer_can_be_shared_across_threads() {
     assert_send_sync::<IssuedLeaf>();
     assert_send_sync::<PkiError>();
 }
+
+/// A leaf for `dns` signed by `issuer` with rcgen directly, past `issue_leaf`'s checks, and
+/// whether rustls' verifier accepts it for `name`: what our refusals are measured against.
+fn webpki_accepts_unchecked_leaf(issuer: &Issuer, dns: &str, name: &str) -> bool {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec![dns.to_owned()]).unwrap();
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let leaf = params.signed_by(&key, issuer.signer()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(issuer.cert_der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let server =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .unwrap();
+    let name = ServerName::try_from(name.to_owned()).unwrap();
+    server
+        .verify_server_cert(leaf.der(), &[], &name, &[], UnixTime::now())
+        .is_ok()
+}
+
+#[test]
+fn wildcards_need_two_labels_after_the_star_as_webpki_does() {
+    let issuer = ca(&[], &[]);
+    assert!(!webpki_accepts_unchecked_leaf(&issuer, "*.svc", "a.svc"));
+    assert!(webpki_accepts_unchecked_leaf(
+        &issuer,
+        "*.metal3.svc",
+        "a.metal3.svc"
+    ));
+    let err = issue_leaf(&issuer, &request(&["*.svc"], &[])).unwrap_err();
+    assert!(
+        matches!(&err, PkiError::InvalidDnsName { name, .. } if name == "*.svc"),
+        "{err}"
+    );
+    issue_leaf(&issuer, &request(&["*.metal3.svc"], &[])).unwrap();
+}
+
+/// webpki fails every DNS SAN checked against a DNS subtree it cannot read (here one with a
+/// trailing or a doubled dot); `issue_leaf` refuses such SANs instead of signing them, and still
+/// signs an IP-only leaf, which webpki accepts.
+#[test]
+fn unreadable_dns_subtrees_refuse_dns_sans_as_webpki_does() {
+    for (permitted, excluded) in [(vec!["metal3.svc."], vec![]), (vec![], vec!["x..svc"])] {
+        let (cert, key) = raw_ca(|p| {
+            let subtrees = |names: &[&str]| {
+                names
+                    .iter()
+                    .map(|n| GeneralSubtree::DnsName((*n).to_owned()))
+                    .collect()
+            };
+            p.name_constraints = Some(rcgen::NameConstraints {
+                permitted_subtrees: subtrees(&permitted),
+                excluded_subtrees: subtrees(&excluded),
+            });
+        });
+        let issuer = Issuer::from_pem(&cert, &key).unwrap();
+        assert!(!webpki_accepts_unchecked_leaf(
+            &issuer,
+            "a.metal3.svc",
+            "a.metal3.svc"
+        ));
+        let err = issue_leaf(&issuer, &request(&["a.metal3.svc"], &[])).unwrap_err();
+        assert!(
+            matches!(&err, PkiError::SanNotPermitted { san, .. } if san == "DNS:a.metal3.svc"),
+            "{err}"
+        );
+        issue_leaf(&issuer, &request(&[], &["10.0.0.1"])).unwrap();
+    }
+}
+
+#[test]
+fn permit_dns_suffixes_follow_webpki_constraint_syntax() {
+    let spec = |dns: &str| CaSpec {
+        permit_dns: vec![dns.to_owned()],
+        ..CaSpec::default()
+    };
+    for good in ["metal3.svc", ".metal3.svc", "_tcp.metal3.svc"] {
+        generate_ca(&spec(good)).unwrap();
+    }
+    for bad in ["metal3.svc.", "10.0.0", "-a.svc", "", "."] {
+        let err = generate_ca(&spec(bad)).unwrap_err();
+        assert!(
+            matches!(&err, PkiError::InvalidDnsName { name, .. } if name == bad),
+            "{bad:?}: {err}"
+        );
+    }
+}

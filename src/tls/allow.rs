@@ -3,9 +3,11 @@
 //! A rule is an exact DNS name (`conductor-0.ironic.metal3.svc`), a one-label wildcard
 //! (`*.ironic.metal3.svc` matches `a.ironic.metal3.svc`, not `a.b.ironic.metal3.svc` nor the bare
 //! suffix, as RFC 6125 §6.4.3 wildcards), or `ip:CIDR` (`ip:10.0.0.0/8`, `ip:10.0.0.5`).
-//! DNS comparison is ASCII case-insensitive and ignores one trailing dot. An empty rule list
-//! allows any certificate that chains to the trust bundle.
+//! Names follow `dns_name::DnsName`'s syntax (rustls'), so a rule never names something no certificate
+//! that rustls verifies can carry. DNS comparison is ASCII case-insensitive and ignores one
+//! trailing dot. An empty rule list allows any certificate that chains to the trust bundle.
 
+use crate::dns_name::{DnsName, DnsNameError, WildcardName};
 use ipnet::IpNet;
 use std::fmt;
 use std::net::IpAddr;
@@ -13,9 +15,9 @@ use std::str::FromStr;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AllowRule {
-    Dns(String),
-    /// `*.suffix`: stores `.suffix` lower-cased.
-    Wildcard(String),
+    Dns(DnsName),
+    /// `*.suffix`.
+    Wildcard(WildcardName),
     Ip(IpNet),
 }
 
@@ -25,26 +27,10 @@ pub enum AllowError {
     Empty,
     #[error("invalid CIDR {0:?} (expected ip:10.0.0.0/8 or ip:10.0.0.5)")]
     Cidr(String),
-    #[error("invalid DNS name {0:?}")]
-    Name(String),
+    #[error("invalid DNS name {rule:?}: {reason}")]
+    Name { rule: String, reason: DnsNameError },
     #[error("wildcard must be a whole leftmost label, as in *.ironic.metal3.svc: {0:?}")]
     Wildcard(String),
-}
-
-fn valid_dns(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
-}
-
-fn normalize(name: &str) -> String {
-    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
 }
 
 impl FromStr for AllowRule {
@@ -65,41 +51,36 @@ impl FromStr for AllowRule {
             };
             return Ok(Self::Ip(net));
         }
-        let name = normalize(s);
-        if let Some(suffix) = name.strip_prefix("*.") {
-            if !valid_dns(suffix) || !suffix.contains('.') {
-                return Err(AllowError::Wildcard(s.to_owned()));
-            }
-            return Ok(Self::Wildcard(format!(".{suffix}")));
+        let refused = |reason| match reason {
+            DnsNameError::Wildcard => AllowError::Wildcard(s.to_owned()),
+            reason => AllowError::Name {
+                rule: s.to_owned(),
+                reason,
+            },
+        };
+        if s.contains('*') {
+            return WildcardName::parse(s).map(Self::Wildcard).map_err(refused);
         }
-        if name.contains('*') {
-            return Err(AllowError::Wildcard(s.to_owned()));
-        }
-        if !valid_dns(&name) {
-            return Err(AllowError::Name(s.to_owned()));
-        }
-        Ok(Self::Dns(name))
+        DnsName::parse(s).map(Self::Dns).map_err(refused)
     }
 }
 
 impl fmt::Display for AllowRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Dns(n) => f.write_str(n),
-            Self::Wildcard(s) => write!(f, "*{s}"),
+            Self::Dns(name) => fmt::Display::fmt(name, f),
+            Self::Wildcard(pattern) => fmt::Display::fmt(pattern, f),
             Self::Ip(net) => write!(f, "ip:{net}"),
         }
     }
 }
 
 impl AllowRule {
+    /// `name` is a SAN as the peer's certificate carries it: any string.
     fn matches_dns(&self, name: &str) -> bool {
-        let name = normalize(name);
         match self {
-            Self::Dns(n) => *n == name,
-            Self::Wildcard(suffix) => name
-                .strip_suffix(suffix.as_str())
-                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+            Self::Dns(rule) => rule.matches(name),
+            Self::Wildcard(rule) => rule.matches(name),
             Self::Ip(_) => false,
         }
     }
@@ -173,6 +154,43 @@ mod tests {
             "a..b",
         ] {
             assert!(bad.parse::<AllowRule>().is_err(), "{bad:?} parsed");
+        }
+    }
+
+    /// A rule takes exactly the names rustls verifies (`_` included, as SRV-style names are),
+    /// and says which rule it broke.
+    #[test]
+    fn rules_take_the_names_a_certificate_can_carry() {
+        for (rule, shown) in [
+            ("_conductor.ironic.svc", "_conductor.ironic.svc"),
+            ("Admin.Example.ORG.", "admin.example.org"),
+            ("*.IRONIC.svc.", "*.ironic.svc"),
+            ("localhost", "localhost"),
+        ] {
+            let parsed: AllowRule = rule.parse().unwrap();
+            assert_eq!(parsed.to_string(), shown);
+            assert_eq!(shown.parse::<AllowRule>().unwrap(), parsed);
+        }
+        for (bad, reason) in [
+            ("-a.example", DnsNameError::Hyphen),
+            ("a-.example", DnsNameError::Hyphen),
+            ("host.123", DnsNameError::NumericLast),
+            ("a.0x1f", DnsNameError::NumericLast),
+            ("a b.example", DnsNameError::Character(' ')),
+            ("é.example", DnsNameError::Character('é')),
+            ("*.a..b", DnsNameError::EmptyLabel),
+        ] {
+            let err = bad.parse::<AllowRule>().unwrap_err();
+            let want = AllowError::Name {
+                rule: bad.to_owned(),
+                reason,
+            };
+            assert_eq!(err, want, "{bad:?}");
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+        for bad in ["*", "*.svc", "a.*.svc", "**.a.b", "*a.b.c"] {
+            let err = bad.parse::<AllowRule>().unwrap_err();
+            assert_eq!(err, AllowError::Wildcard(bad.to_owned()), "{bad:?}");
         }
     }
 }
