@@ -114,11 +114,16 @@ impl std::str::FromStr for UpstreamAddr {
         };
         let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
         let port: u16 = port.parse().map_err(|_| bad())?;
-        // A DNS name or IPv4 address; IPv6 only in brackets (parsed above), as "fd00::1:6385"
-        // is ambiguous. The host becomes part of request URIs, so nothing else may pass.
-        let name_char = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
-        if host.is_empty() || !host.bytes().all(name_char) || port == 0 {
+        // A DNS name (an IPv4 address was parsed above); IPv6 only in brackets (parsed above),
+        // as "fd00::1:6385" is ambiguous. The host becomes part of request URIs, so nothing but
+        // a name may pass; it is kept as written (a trailing dot skips the search domains).
+        if port == 0 {
             return Err(bad());
+        }
+        if let Err(why) = crate::dns_name::DnsName::parse(host) {
+            return Err(msg(format!(
+                "invalid upstream address {s:?}: the host is not a DNS name: {why}"
+            )));
         }
         Ok(Self::Tcp {
             host: host.to_owned(),

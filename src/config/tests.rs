@@ -172,8 +172,19 @@ fn upstream_addresses() {
         "fd00::1:6385",
         "x}:80",
         "a/b:80",
+        // Names rustls would not verify: one DNS-name type (crate::dns_name) decides.
+        "10.0.0.256:6385",
+        "-ironic.svc:6385",
+        "ironic..svc:6385",
     ] {
         assert!(bad.parse::<UpstreamAddr>().is_err(), "{bad}");
+    }
+    let err = "ironic-.svc:6385".parse::<UpstreamAddr>().unwrap_err();
+    assert!(err.to_string().contains("starts or ends with '-'"), "{err}");
+    // A trailing dot (no search domains) and SRV-style underscores stay as written.
+    for good in ["ironic.metal3.svc.:6385", "_api.ironic.svc:6385"] {
+        let addr = good.parse::<UpstreamAddr>().unwrap();
+        assert_eq!(addr.to_string(), good);
     }
 }
 

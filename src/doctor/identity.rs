@@ -4,6 +4,7 @@
 use super::net;
 use super::Report;
 use crate::config::{Config, IdentityConfig, IdentitySource, ListenAddr, TlsMode};
+use crate::dns_name::{DnsName, WildcardName};
 use crate::identity::expiry::pem_certs;
 use crate::identity::Material;
 use rustls::pki_types::CertificateDer;
@@ -76,14 +77,14 @@ impl CertInfo {
         if let Ok(ip) = name.parse::<IpAddr>() {
             return self.ips.contains(&ip);
         }
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
-        self.dns.iter().any(|d| {
-            let d = d.trim_end_matches('.');
-            d == name
-                || d.strip_prefix("*.").is_some_and(|suffix| {
-                    name.split_once('.')
-                        .is_some_and(|(first, rest)| !first.is_empty() && rest == suffix)
-                })
+        // Each SAN as a name or a wildcard (a SAN that is neither covers nothing), matched as
+        // the allow rules match: ASCII case-insensitive, one trailing dot ignored.
+        self.dns.iter().any(|san| {
+            if san.starts_with('*') {
+                WildcardName::parse(san).is_ok_and(|w| w.matches(name))
+            } else {
+                DnsName::parse(san).is_ok_and(|d| d.matches(name))
+            }
         })
     }
 
@@ -384,5 +385,13 @@ mod tests {
             info.sans(),
             "DNS:*.ironic.svc, DNS:api.example, IP:10.0.0.2"
         );
+        // SANs are matched case-insensitively too, and one that is not a name covers nothing.
+        let info = CertInfo {
+            dns: vec!["API.Example".into(), "*.Ironic.SVC".into(), "a..b".into()],
+            ..info
+        };
+        assert!(info.covers("api.example"));
+        assert!(info.covers("pod-1.ironic.svc."));
+        assert!(!info.covers("a..b"));
     }
 }
