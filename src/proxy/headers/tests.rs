@@ -190,3 +190,25 @@ fn a_response_framed_by_transfer_encoding_loses_its_content_length() {
     assert!(h.get("content-length").is_none());
     assert!(h.get("transfer-encoding").is_none(), "hop-by-hop");
 }
+
+/// Found by fuzz/ (target `request`): an HTTP/2 field name with '"' (which the `http` crate's
+/// HTTP/2 table accepts) was forwarded in HTTP/1.1, where Ironic's parser refused it.
+#[test]
+fn http2_names_must_be_tokens() {
+    let mut h = HeaderMap::new();
+    h.insert(
+        HeaderName::from_lowercase(b"x-forwa\"-client-cert").unwrap(),
+        HeaderValue::from_static("evil"),
+    );
+    assert_eq!(
+        check_framing(Version::HTTP_2, &h),
+        Err("invalid character in a header field name")
+    );
+    // Every tchar is a name character.
+    let mut h = HeaderMap::new();
+    h.insert(
+        HeaderName::from_lowercase(b"x-!#$%&'*+-.^_`|~09az").unwrap(),
+        HeaderValue::from_static("ok"),
+    );
+    assert_eq!(check_framing(Version::HTTP_2, &h), Ok(Framing::None));
+}
