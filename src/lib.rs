@@ -3,8 +3,8 @@
 //!
 //! Module map (each behaves like a small crate with its own error type; only `config`, `pki`,
 //! `cli` and `error` are public, the rest is re-exported item by item below):
-//! - [`error`], [`crypto`]: the bottom layer: error chains, the process-wide crypto provider and
-//!   `[tls]` policy.
+//! - [`error`], [`crypto`], `dns_name`: the bottom layer: error chains, the process-wide crypto
+//!   provider and `[tls]` policy, the one DNS-name type (rustls' syntax, with reasons).
 //! - [`config`]: TOML -> typed configuration, `${VAR}` interpolation, key-path errors.
 //! - [`pki`]: CA creation, leaf issuance and certificate inspection (pure functions).
 //! - [`cli`]: the `ca` and `cert` commands, which write what `pki` mints to files.
