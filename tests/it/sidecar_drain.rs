@@ -102,11 +102,12 @@ fn a_request_longer_than_drain_timeout_is_cut_and_the_process_exits_0_on_time() 
     up.wait_for(1, Duration::from_secs(5));
     let signalled = Instant::now();
     proxy.signal("TERM");
-    let exit = proxy.wait_exit(Duration::from_secs(4));
+    // The request would end after 8 s: an exit well before that is the drain timeout's.
+    let exit = proxy.wait_exit(Duration::from_secs(7));
     let took = signalled.elapsed();
     assert_eq!(exit.and_then(|s| s.code()), Some(0));
     assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
         "exit {took:?} after SIGTERM with drain_timeout 1s"
     );
     assert!(
