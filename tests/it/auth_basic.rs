@@ -546,7 +546,7 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
 /// busy) and with one per CPU (the default). The figures are printed (`--no-capture`).
 ///
 /// Every flood request carries a different wrong password (a guessing attack: no two can share a
-/// verification). The flood comes from a process of its own under `SCHED_IDLE`
+/// verification). The flood comes from a process of its own, under `SCHED_IDLE` once it is ready
 /// (tests/it/support/flood.py, one thread): the load generator is not the system under test, and
 /// 200 client threads in this process would compete with the measuring client for the 2 CPUs of
 /// a small machine. It is sent in 10 waves of 200 (one on each of the 200 connections); each
@@ -627,8 +627,8 @@ fn flood_against_one_client(env: &[(&str, &str)]) -> (Duration, Duration) {
         }
     }
     let mut flood = Flood(
-        Command::new("chrt")
-            .args(["--idle", "0", "python3", FLOOD])
+        Command::new("python3")
+            .arg(FLOOD)
             .args([&addr.ip().to_string(), &addr.port().to_string()])
             .args(["admin", "wrong-", "200"])
             .stdin(std::process::Stdio::piped())

@@ -9,13 +9,14 @@ attack, so that no request can share another's verification), and when every ans
 prints one JSON line {"status": count, ..., "reconnects": n} (status "0": the connection
 failed, it is reopened for the next request; a connection found closed before a request got
 any answer is reopened and the request sent again once, counted in "reconnects"). End of input
-ends it. One thread and non-blocking sockets, so the flood costs little CPU next to what it
-measures: the load generator is not the system under test.
+ends it. One thread and non-blocking sockets, under SCHED_IDLE once ready, so the flood costs
+little CPU next to what it measures: the load generator is not the system under test.
 """
 
 import base64
 import itertools
 import json
+import os
 import selectors
 import socket
 import sys
@@ -83,6 +84,11 @@ def main():
     pool = [Conn() for _ in range(conns)]
     for c in pool:
         c.open()
+    # The flood itself runs under SCHED_IDLE (sched(7)): it takes only the CPU the proxy and the
+    # measuring client leave, and a woken normal thread preempts it at once. Start-up (Python's
+    # imports, the connections) ran at normal priority, so that a busy machine cannot starve it
+    # before it is ready.
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     print("ready", flush=True)
     for line in sys.stdin:
         per = int(line)

@@ -13,6 +13,12 @@ use std::time::{Duration, Instant};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_ironic-proxy");
 
+/// The binary the proxies of [`Proxy`] run: [`BIN`], or `IRONIC_PROXY_TEST_BIN` when set (to
+/// measure a release build with a test, e.g. the wrong-password flood's latency figures).
+fn proxy_bin() -> String {
+    std::env::var("IRONIC_PROXY_TEST_BIN").unwrap_or_else(|_| BIN.to_owned())
+}
+
 /// A listener's `tls` mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Tls {
@@ -255,7 +261,7 @@ impl Proxy {
         name: Option<&str>,
         env: &[(&str, &str)],
     ) -> Self {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(proxy_bin());
         if json {
             cmd.args(["--log-format", "json"]);
         }
@@ -488,7 +494,7 @@ impl AsMut<Self> for Proxy {
 /// Runs `ironic-proxy <args>` to completion (for `check` and start-up failures); fails the
 /// test if it is still running after 10 seconds.
 pub(crate) fn command(args: &[&str], env: &[(&str, &str)], unset: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(proxy_bin());
     cmd.args(args).env("RUST_LOG", "info");
     for (k, v) in env {
         cmd.env(k, v);
