@@ -317,8 +317,9 @@ def spread_uuids(per_conductor):
 def sidecar_config(inst, ca_dir, peer_ips):
     """The sidecar of one instance: mutual TLS for JSON-RPC, TLS for the API, both forwarded to
     Ironic's unix sockets; identity self-issued for the instance's IP and exported for Ironic's
-    JSON-RPC client. Same shape as config/sidecar.toml with the test's addresses, a short
-    validity and no DNS peers (a request that came through a proxy only goes local)."""
+    JSON-RPC client. Same shape as the built-in sidecar profile (config/profiles/sidecar.toml)
+    with the test's addresses, a short validity and no DNS peers (a request that came through a
+    proxy only goes local)."""
     allow = ", ".join(f'"ip:{ip}/32"' for ip in peer_ips)
     return f"""# Sidecar of the Ironic instance {inst.ip} (written by tests/e2e/harness.py).
 [identity]
@@ -410,7 +411,7 @@ tls = "server"
 dns = "{SERVICE}:{API_PORT}"
 tls = true
 balance = "least_request"
-# The health settings of config/daemonset.toml.
+# The health settings of the built-in balancer profile (config/profiles/balancer.toml).
 health = {{ path = "/", interval = "2s", timeout = "1s", unhealthy_after = 2, healthy_after = 1 }}
 """
 

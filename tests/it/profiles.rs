@@ -288,6 +288,50 @@ fn mounted_certificates_and_the_openshift_port_come_from_switches_alone() {
     assert!(o.stderr.contains("IRONIC_PROXY_IDENTITY"), "{o:?}");
 }
 
+/// config/sidecar-boot.toml (the sidecar with boot files on the API port, docs/operator-guide.md)
+/// checks with a sidecar's environment, and `check` shows the one port's two faces, the boot
+/// routes, the API's auth and JSON-RPC visibility; without the required variable it names it.
+#[test]
+fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
+    const BOOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/sidecar-boot.toml");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca");
+    node::ca_init(&ca, &[]);
+    let htpasswd = dir.path().join("htpasswd");
+    std::fs::write(&htpasswd, htpasswd_entry("admin", "s3cret")).unwrap();
+    let mut env = sidecar_env(
+        dir.path(),
+        &ca,
+        "127.0.0.1:9901".parse().unwrap(),
+        6385,
+        6189,
+    );
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_PEERS");
+    env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
+    let set: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let o = cli(&["check", "--config", BOOT], &set);
+    assert!(o.ok(), "{o:?}");
+    for expected in [
+        "tls = \"optional\"",
+        "jsonrpc = true",
+        "find = \"newest\"",
+        "\"/pxelinux.cfg/*\"",
+        "plaintext = true",
+        "htpasswd = ",
+        "\"ip:127.0.0.0/8\"",
+    ] {
+        assert!(o.stdout.contains(expected), "{expected} in\n{}", o.stdout);
+    }
+    let without: Vec<(&str, &str)> = set
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != "IRONIC_PROXY_PEER_CIDRS")
+        .collect();
+    let o = cli(&["check", "--config", BOOT], &without);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("IRONIC_PROXY_PEER_CIDRS is not set"), "{o:?}");
+}
+
 /// An htpasswd line as `htpasswd -B` writes it (`$2y$`, its default cost 5).
 fn htpasswd_entry(user: &str, password: &str) -> String {
     let h = bcrypt::hash_with_result(password, 5).expect("bcrypt");
