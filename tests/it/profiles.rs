@@ -329,7 +329,10 @@ fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
         .collect();
     let o = cli(&["check", "--config", BOOT], &without);
     assert_eq!(o.code, Some(1), "{o:?}");
-    assert!(o.stderr.contains("IRONIC_PROXY_PEER_CIDRS is not set"), "{o:?}");
+    assert!(
+        o.stderr.contains("IRONIC_PROXY_PEER_CIDRS is not set"),
+        "{o:?}"
+    );
 }
 
 /// An htpasswd line as `htpasswd -B` writes it (`$2y$`, its default cost 5).
