@@ -117,19 +117,20 @@ fn sidecar_env(
     ]
 }
 
+/// A sidecar's environment for `check` (nothing is bound): a CA made in `dir`, the default
+/// ports, and DNS peers on (no `IRONIC_PROXY_PEERS`).
+fn check_env(dir: &Path) -> Vec<(&'static str, String)> {
+    let ca = dir.join("ca");
+    node::ca_init(&ca, &[]);
+    let mut env = sidecar_env(dir, &ca, "127.0.0.1:9901".parse().unwrap(), 6385, 6189);
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_PEERS");
+    env
+}
+
 #[test]
 fn check_profile_prints_the_effective_config_or_names_the_missing_variable() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ca = dir.path().join("ca");
-    node::ca_init(&ca, &[]);
-    let mut env = sidecar_env(
-        dir.path(),
-        &ca,
-        "127.0.0.1:9901".parse().unwrap(),
-        6385,
-        6189,
-    );
-    env.retain(|(k, _)| *k != "IRONIC_PROXY_PEERS");
+    let mut env = check_env(dir.path());
     env.push((
         "IRONIC_PROXY_FALLBACK",
         "10.0.0.5:6385,[fd00::5]:6385".into(),
@@ -295,18 +296,9 @@ fn mounted_certificates_and_the_openshift_port_come_from_switches_alone() {
 fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
     const BOOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/sidecar-boot.toml");
     let dir = tempfile::tempdir().expect("tempdir");
-    let ca = dir.path().join("ca");
-    node::ca_init(&ca, &[]);
     let htpasswd = dir.path().join("htpasswd");
     std::fs::write(&htpasswd, htpasswd_entry("admin", "s3cret")).unwrap();
-    let mut env = sidecar_env(
-        dir.path(),
-        &ca,
-        "127.0.0.1:9901".parse().unwrap(),
-        6385,
-        6189,
-    );
-    env.retain(|(k, _)| *k != "IRONIC_PROXY_PEERS");
+    let mut env = check_env(dir.path());
     env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
     let set: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let o = cli(&["check", "--config", BOOT], &set);
