@@ -10,8 +10,8 @@
 //! `SCHED_IDLE` policy, so that a worker that wakes up preempts it at once: Linux's EEVDF
 //! scheduler (6.6 and later) lets a running nice-19 thread of the normal policy finish its slice
 //! first (measured: a waiting request 12 times slower during a flood), while it always preempts
-//! a `SCHED_IDLE` one for a woken normal thread (`check_preempt_wakeup_fair`). The threads are started on the first verification; there are as many
-//! as verifications may run at once ([`super::Limiter`] bounds them and their queue), so a job
+//! a `SCHED_IDLE` one for a woken normal thread (`check_preempt_wakeup_fair`). The threads are
+//! started on the first verification; there are as many as verifications may run at once ([`super::Limiter`] bounds them and their queue), so a job
 //! never waits here for a thread.
 //!
 //! The cost: when every CPU is busy with other work at normal priority, a first verification
@@ -112,7 +112,8 @@ fn work(rx: &Mutex<mpsc::Receiver<Job>>) {
     }
 }
 
-/// Lowers the calling thread's priority to [`NICE`] and `SCHED_IDLE`; logged once if that is not possible.
+/// Lowers the calling thread's priority to [`NICE`] and `SCHED_IDLE`; logged once if that is not
+/// possible.
 fn lower_priority() {
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if let Err(why) = set_own_priority(NICE) {
