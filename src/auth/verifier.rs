@@ -11,8 +11,8 @@
 //! scheduler (6.6 and later) lets a running nice-19 thread of the normal policy finish its slice
 //! first (measured: a waiting request 12 times slower during a flood), while it always preempts
 //! a `SCHED_IDLE` one for a woken normal thread (`check_preempt_wakeup_fair`). The threads are
-//! started on the first verification; there are as many as verifications may run at once ([`super::Limiter`] bounds them and their queue), so a job
-//! never waits here for a thread.
+//! started on the first verification; there are as many as verifications may run at once
+//! ([`super::Limiter`] bounds them and their queue), so a job never waits here for a thread.
 //!
 //! The cost: when every CPU is busy with other work at normal priority, a first verification
 //! waits for it (a client that already authenticated finds its credential in the cache, see
