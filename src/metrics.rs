@@ -125,6 +125,7 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_duration: Family<ListenerLabels, Histogram>,
     pub active_connections: Family<ListenerLabels, Gauge>,
+    pub parked_connections: Family<ListenerLabels, Gauge>,
     pub rejected_connections: Family<ListenerLabels, Counter>,
     pub tls_handshake_failures: Family<HandshakeLabels, Counter>,
     pub upstream_endpoints: Family<EndpointLabels, Gauge>,
@@ -184,6 +185,12 @@ impl Metrics {
             "active_connections",
             "Open client connections by listener",
             active_connections.clone(),
+        );
+        let parked_connections = Family::default();
+        registry.register(
+            "parked_connections",
+            "Idle HTTP/1.1 client connections holding no HTTP buffers, by listener",
+            parked_connections.clone(),
         );
         let rejected_connections = Family::default();
         registry.register(
@@ -322,6 +329,7 @@ impl Metrics {
             requests,
             request_duration,
             active_connections,
+            parked_connections,
             rejected_connections,
             tls_handshake_failures,
             upstream_endpoints,

@@ -51,6 +51,9 @@ pub(crate) struct ConnClock {
     /// Milliseconds after `accepted` + 1 since which writes to the client have made no
     /// progress; 0 while they do.
     write_stalled: AtomicU64,
+    /// `served` + 1 at the last flush to the client that completed with no request in flight
+    /// (HTTP/1.1): every byte of the responses begun by then is out. 0 before any.
+    settled: AtomicU64,
     head_timeout: Duration,
     idle_timeout: Duration,
 }
@@ -72,6 +75,7 @@ impl ConnClock {
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
             write_stalled: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
             head_timeout,
             idle_timeout,
         })
@@ -152,6 +156,28 @@ impl ConnClock {
         if wrote {
             self.note_progress();
         }
+    }
+
+    /// A flush to the client completed (HTTP/1.1).
+    pub(super) fn note_flushed(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0 {
+            self.settled
+                .store(self.served.load(Ordering::Acquire) + 1, Ordering::Release);
+        }
+    }
+
+    /// Whether the connection has been idle for `after` at `now` with everything it answered
+    /// written out: a request served, none in flight, every response flushed, not a byte of
+    /// the next one read. Such a connection can give its HTTP/1.1 buffers back (`park`).
+    pub(super) fn idle_for(&self, now: Instant, after: Duration) -> bool {
+        let served = self.served.load(Ordering::Acquire);
+        served > 0
+            && self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_started.load(Ordering::Acquire) == 0
+            && self.settled.load(Ordering::Acquire) == served + 1
+            && now.saturating_duration_since(
+                self.accepted + Duration::from_millis(self.idle_since.load(Ordering::Acquire)),
+            ) >= after
     }
 
     /// When the driver must look at the clock next, given the time `now`: the deadline if one

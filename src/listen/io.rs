@@ -5,6 +5,7 @@
 
 use super::conn::ConnClock;
 use super::guard::Guard;
+use bytes::Bytes;
 use http::StatusCode;
 use std::future::Future;
 use std::pin::Pin;
@@ -107,6 +108,9 @@ pin_project_lite::pin_project! {
         clock: Arc<ConnClock>,
         framing: Option<Arc<Guard>>,
         http1: Option<Box<Http1>>,
+        // Bytes read while the connection was parked, handed to the next reader first; the
+        // clock and the framing guard have seen them already.
+        unread: Bytes,
     }
 }
 
@@ -122,7 +126,13 @@ impl<S> Activity<S> {
             clock,
             framing,
             http1,
+            unread: Bytes::new(),
         }
+    }
+
+    /// Gives `bytes` to the next read, before anything from the stream.
+    pub(crate) fn unread(&mut self, bytes: Bytes) {
+        self.unread = bytes;
     }
 }
 
@@ -133,6 +143,11 @@ impl<S: AsyncRead> AsyncRead for Activity<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.project();
+        if !this.unread.is_empty() {
+            let n = this.unread.len().min(buf.remaining());
+            buf.put_slice(&this.unread.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let r = this.inner.poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) {
@@ -229,6 +244,7 @@ impl<S: AsyncRead + AsyncWrite> AsyncWrite for Activity<S> {
         if let (Some(h1), Poll::Ready(Ok(()))) = (this.http1.as_deref_mut(), &r) {
             let clock = &this.clock;
             h1.settled_at = (clock.in_flight() == 0).then(|| clock.served());
+            clock.note_flushed();
         }
         r
     }

@@ -18,7 +18,7 @@ use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
 use crate::proxy::{ConnInfo, Proxy};
 use crate::tls::{ClientIdentity, ReloadableServer};
 use conn::ConnClock;
-use drive::Drive;
+use drive::{Drive, Parking};
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use io::{Activity, Http1, RefusedHead};
@@ -113,6 +113,7 @@ pub(crate) struct Listener {
     metrics: Metrics,
     /// This listener's series, resolved once: accepting takes no lock and allocates no label.
     active: Gauge,
+    parked: Gauge,
     rejected: Counter,
     permits: Arc<Semaphore>,
 }
@@ -132,6 +133,7 @@ impl Listener {
         };
         let active = metrics.active_connections.get_or_create(&labels).clone();
         let rejected = metrics.rejected_connections.get_or_create(&labels).clone();
+        let parked = metrics.parked_connections.get_or_create(&labels).clone();
         Self {
             name: cfg.name.clone(),
             cfg,
@@ -141,6 +143,7 @@ impl Listener {
             limits,
             metrics,
             active,
+            parked,
             rejected,
             permits,
         }
@@ -242,16 +245,7 @@ impl Listener {
                 allowed: true,
                 ..ConnInfo::default()
             };
-            return Self::serve(
-                self.proxy.clone(),
-                &self.limits,
-                io,
-                false,
-                info,
-                clock,
-                shutdown,
-            )
-            .await;
+            return Self::serve(self.site(), io, false, info, clock, shutdown).await;
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.load());
         // Boxed, like the connection below: the handshake's state lives only as long as the
@@ -310,15 +304,15 @@ impl Listener {
             info.xfcc = http::HeaderValue::from_str(&id.xfcc()).ok();
             info.identity = Some(Arc::new(id));
         }
-        Some(Self::serve(
-            self.proxy.clone(),
-            &self.limits,
-            stream,
-            h2,
-            info,
-            clock,
-            shutdown,
-        ))
+        Some(Self::serve(self.site(), stream, h2, info, clock, shutdown))
+    }
+
+    fn site(&self) -> Site<'_> {
+        Site {
+            proxy: self.proxy.clone(),
+            limits: &self.limits,
+            parked: self.parked.clone(),
+        }
     }
 
     fn handshake_failed(&self, peer: Option<SocketAddr>, reason: &'static str, detail: &str) {
@@ -337,8 +331,7 @@ impl Listener {
     /// built without keeping a second copy of the stream or the hyper connection (an async fn
     /// keeps its arguments for its whole life), so an idle connection's task holds a pointer.
     fn serve<S>(
-        proxy: Arc<Proxy>,
-        limits: &Limits,
+        site: Site<'_>,
         io: S,
         h2: bool,
         info: ConnInfo,
@@ -348,6 +341,11 @@ impl Listener {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let Site {
+            proxy,
+            limits,
+            parked,
+        } = site;
         // HTTP/1.1 only: HTTP/2 frames its messages itself.
         let framing = (!h2).then(|| guard::Guard::new(limits.header_bytes));
         let info = Arc::new(info);
@@ -363,7 +361,7 @@ impl Listener {
             clock: clock.clone(),
             framing: framing.clone(),
         };
-        let io = TokioIo::new(Activity::new(io, clock.clone(), framing, http1));
+        let io = TokioIo::new(Activity::new(io, clock.clone(), framing.clone(), http1));
         if h2 {
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
@@ -374,14 +372,15 @@ impl Listener {
         } else {
             // max_buf_size alone is not a limit on the head: a head that arrives in one large
             // read is parsed whole. max_header_size is exact (431 above it).
-            let conn = http1::Builder::new()
+            let mut builder = http1::Builder::new();
+            builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(None)
                 .max_buf_size(limits.header_bytes.max(8192))
                 .max_header_size(limits.header_bytes)
                 .max_headers(guard::MAX_HEADERS)
-                .keep_alive(true)
-                .serve_connection(io, svc);
+                .keep_alive(true);
+            let conn = Parking::new(builder, io, svc, framing, parked);
             Box::pin(Drive::new(conn, clock, shutdown))
         }
     }
@@ -417,7 +416,21 @@ where
     );
     // Kept alive until the connection ends: a dropped sender would read as a drain.
     let (_never, shutdown) = watch::channel(false);
-    Listener::serve(proxy, limits, io, h2, info, clock, shutdown).await;
+    let site = Site {
+        proxy,
+        limits,
+        // Parked connections are counted per listener; this one belongs to none.
+        parked: Gauge::default(),
+    };
+    Listener::serve(site, io, h2, info, clock, shutdown).await;
+}
+
+/// What serving a connection takes from its listener.
+struct Site<'a> {
+    proxy: Arc<Proxy>,
+    limits: &'a Limits,
+    /// The listener's parked HTTP/1.1 connections (see `drive`).
+    parked: Gauge,
 }
 
 /// A connection's service: every request goes to the listener's [`Proxy`], and stays counted

@@ -43,5 +43,6 @@ mod sidecar_forwarding;
 mod sidecar_limits;
 mod sidecar_lone_upstream;
 mod sidecar_mtls;
+mod sidecar_parking;
 mod sidecar_reload;
 mod tls_policy;
