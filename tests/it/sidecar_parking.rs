@@ -132,7 +132,7 @@ fn an_idle_keep_alive_connection_parks_and_serves_its_next_request_unchanged() {
 }
 
 #[test]
-fn a_parked_connection_refuses_a_smuggling_head_and_forwards_nothing() {
+fn a_woken_connection_refuses_smuggling_and_malformed_heads_as_a_fresh_one() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let proxy = sb.proxy_to(&up, &[("api", Tls::Server)]).start();
@@ -148,10 +148,21 @@ fn a_parked_connection_refuses_a_smuggling_head_and_forwards_nothing() {
     .unwrap();
     let r = t.read_response().unwrap();
     assert_eq!(r.status, 400, "{}", r.text());
+    // A head hyper's parser refuses on a woken connection: the proxy's JSON error replaces
+    // hyper's empty answer, as on a fresh connection.
+    let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
+    let mut t = HttpConn::tls(proxy.addr("api"), cfg).unwrap();
+    assert_eq!(t.get("/second").unwrap().status, 200);
+    wait_parked(&proxy, "api", 1.0);
+    t.send(b"GET /bad HTTP/1.1\r\nHost: localhost\r\nno colon here\r\n\r\n")
+        .unwrap();
+    let r = t.read_response().unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
     let paths: Vec<String> = up.all().iter().map(|r| r.path.clone()).collect();
     assert_eq!(
         paths,
-        ["/first"],
+        ["/first", "/second"],
         "nothing after the refused head reaches the upstream"
     );
 }
