@@ -172,8 +172,8 @@ impl Line<'_> {
 
 /// Whether the thread is inside a span: its events carry the span's fields, which only the
 /// standard formatters write.
-fn in_span() -> bool {
-    tracing::dispatcher::get_default(|d| d.current_span().is_known())
+pub(super) fn in_span() -> bool {
+    tracing::dispatcher::get_default(|d| d.current_span().id().is_some())
 }
 
 fn integer(out: &mut Vec<u8>, n: impl itoa::Integer) {

@@ -482,3 +482,16 @@ fn direct_access_lines_are_buffered_and_keep_their_order() {
         assert!(written[3].contains("then a warning"), "{written:?}");
     });
 }
+
+#[test]
+fn in_span_is_whether_the_thread_is_in_a_span() {
+    let sink = without_timer(&Captured::default());
+    tracing::subscriber::with_default(json_subscriber(&sink), || {
+        assert!(!access::in_span());
+        let span = tracing::info_span!("health", endpoint = "e1");
+        let entered = span.enter();
+        assert!(access::in_span());
+        drop(entered);
+        assert!(!access::in_span());
+    });
+}
