@@ -202,10 +202,16 @@ fn client(out: &mut Vec<u8>, client: Option<SocketAddr>) {
 
 /// `{:?}` of a `&str`: quoted, and as it is when every byte is printable ASCII other than `"`
 /// and `\` (the common case); otherwise Rust's own escaping.
-fn debug_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes()
-        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
-    {
+pub(super) fn debug_str(out: &mut Vec<u8>, s: &str) {
+    let chunks = s.as_bytes().chunks_exact(8);
+    let rest = chunks.remainder();
+    let plain = chunks
+        .map(|c| <[u8; 8]>::try_from(c).map_or(u64::MAX, u64::from_le_bytes))
+        .all(|x| !special(x, true))
+        && rest
+            .iter()
+            .all(|&b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\');
+    if plain {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -216,13 +222,25 @@ fn debug_str(out: &mut Vec<u8>, s: &str) {
 
 /// The contents of a JSON string as `serde_json` writes them (`format_escaped_str_contents`):
 /// `"` and `\` escaped, the control characters below 0x20 as `\b \t \n \f \r` or `\u00xx`
-/// (lowercase hex), everything else, DEL and non-ASCII included, as it is. One pass, copying
-/// runs of bytes that need nothing.
+/// (lowercase hex), everything else, DEL and non-ASCII included, as it is. One pass, eight
+/// bytes at a time while none needs anything, copying runs of bytes that need nothing.
 pub(super) fn json_str(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(chunk) = bytes
+            .get(i..i + 8)
+            .and_then(|c| <[u8; 8]>::try_from(c).ok())
+        {
+            if !special(u64::from_le_bytes(chunk), false) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
+        i += 1;
         let short = match b {
             b'"' => b'"',
             b'\\' => b'\\',
@@ -234,8 +252,8 @@ pub(super) fn json_str(out: &mut Vec<u8>, s: &str) {
             0..=0x1f => b'u',
             _ => continue,
         };
-        out.extend_from_slice(&bytes[start..i]);
-        start = i + 1;
+        out.extend_from_slice(&bytes[start..i - 1]);
+        start = i;
         if short == b'u' {
             let (hi, lo) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]);
             out.extend_from_slice(&[b'\\', b'u', b'0', b'0', hi, lo]);
@@ -244,6 +262,24 @@ pub(super) fn json_str(out: &mut Vec<u8>, s: &str) {
         }
     }
     out.extend_from_slice(&bytes[start..]);
+}
+
+/// Whether any of the eight bytes in `x` is a control character below 0x20, `"` or `\`, or,
+/// with `non_ascii`, 0x7f or above. Exact as a yes or no (the per-byte flags of these bit
+/// tricks can be wrong only next to a byte that is flagged rightly).
+pub(super) fn special(x: u64, non_ascii: bool) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let below_space = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+    let quote = zero_byte(x ^ (ONES * u64::from(b'"')));
+    let backslash = zero_byte(x ^ (ONES * u64::from(b'\\')));
+    let high = if non_ascii {
+        (x | x.wrapping_add(ONES)) & HIGH
+    } else {
+        0
+    };
+    below_space | quote | backslash | high != 0
 }
 
 /// `fmt` into the line buffer (only whole `str`s are written, so it stays UTF-8).

@@ -495,3 +495,49 @@ fn in_span_is_whether_the_thread_is_in_a_span() {
         assert!(!access::in_span());
     });
 }
+
+#[test]
+fn eight_bytes_at_a_time_find_every_byte_that_needs_escaping() {
+    // Backgrounds next to the bytes that matter: space, `!` and `#` around `"`, `[` and `]`
+    // around `\`, `~` before DEL.
+    for background in [b'a', b' ', b'!', b'#', b'[', b']', b'~', b'0'] {
+        for lane in 0..8 {
+            for byte in 0..=u8::MAX {
+                let mut bytes = [background; 8];
+                bytes[lane] = byte;
+                let x = u64::from_le_bytes(bytes);
+                let json = byte < 0x20 || byte == b'"' || byte == b'\\';
+                assert_eq!(access::special(x, false), json, "{bytes:?}");
+                assert_eq!(access::special(x, true), json || byte >= 0x7f, "{bytes:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn strings_escaped_at_every_offset_are_serde_json_and_debug_bytes() {
+    let specials = [
+        "\"", "\\", "\n", "\u{0}", "\u{1f}", "\u{7f}", "é", "🦀", "\u{301}", "\u{a0}",
+    ];
+    for len in 0..20 {
+        for at in 0..=len {
+            for special in specials {
+                let s = format!("{}{special}{}", "p".repeat(at), "q".repeat(len - at));
+                let mut json = vec![b'"'];
+                access::json_str(&mut json, &s);
+                json.push(b'"');
+                assert_eq!(
+                    String::from_utf8(json).unwrap(),
+                    serde_json::to_string(&s).unwrap()
+                );
+                let mut debug = Vec::new();
+                access::debug_str(&mut debug, &s);
+                assert_eq!(String::from_utf8(debug).unwrap(), format!("{s:?}"));
+            }
+            let plain = "r".repeat(len);
+            let mut debug = Vec::new();
+            access::debug_str(&mut debug, &plain);
+            assert_eq!(String::from_utf8(debug).unwrap(), format!("{plain:?}"));
+        }
+    }
+}
