@@ -47,7 +47,7 @@ mod tls;
 pub use auth::check as check_auth;
 pub use doctor::run as doctor;
 pub use identity::check as check_identity;
-pub use logging::{AccessJson, Stderr as LogWriter, Timestamp as LogTimestamp};
+pub use logging::{AccessFormat, AccessJson, Stderr as LogWriter, Timestamp as LogTimestamp};
 pub use server::{runtime, Server};
 pub use signal::Signals;
 

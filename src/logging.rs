@@ -1,9 +1,10 @@
 //! Where log lines go: stderr, with the access log written in batches.
 //!
 //! Every `tracing` event is one line on stderr, formatted by `tracing_subscriber`'s `fmt` layer
-//! (text or JSON); this module only decides when the bytes reach the file descriptor. An access
-//! line (target `access`, one per request) is appended to an in-memory buffer instead of costing
-//! a `write(2)` of its own. The buffer goes to stderr, oldest line first, when any of these
+//! (text or JSON); this module decides when the bytes reach the file descriptor, and writes the
+//! access line itself once the binary allows it ([`access`]: the same bytes, fewer instructions).
+//! An access line (target `access`, one per request) is appended to an in-memory buffer instead
+//! of costing a `write(2)` of its own. The buffer goes to stderr, oldest line first, when any of these
 //! happens:
 //!
 //! - it holds [`CAPACITY`] bytes or more;
@@ -26,7 +27,9 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::fmt::MakeWriter;
 
+pub(crate) mod access;
 mod json;
+pub use access::Format as AccessFormat;
 pub use json::AccessJson;
 
 /// The buffer is written once it holds this many bytes: about 100 access lines (a JSON line is
@@ -54,6 +57,8 @@ struct State {
     buf: Vec<u8>,
     out: Box<dyn Write + Send>,
     flusher: Flusher,
+    /// The access lines' timestamp.
+    clock: access::Clock,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -80,6 +85,7 @@ impl Stderr {
                 buf: Vec::new(),
                 out,
                 flusher: Flusher::NotStarted,
+                clock: access::Clock::default(),
             }),
             wake: Condvar::new(),
         }))
@@ -93,6 +99,29 @@ impl Stderr {
     /// Flushes when dropped: hold it in `main` so the last lines are written however it returns.
     pub fn flush_on_drop(&self) -> FlushOnDrop {
         FlushOnDrop(self.clone())
+    }
+
+    /// From now on access lines are written by [`access`] straight into this sink, in `format`,
+    /// instead of going through `tracing`'s formatter. Call it once, right after setting the
+    /// global subscriber whose writer this is and whose event format `format` is
+    /// (`tracing_subscriber`'s text format with [`Timestamp`] and no colours, or [`AccessJson`]).
+    /// With `ansi` (colours on a terminal) the text lines stay `tracing`'s.
+    pub fn write_access_lines(&self, format: AccessFormat, ansi: bool) {
+        if format == AccessFormat::Text && ansi {
+            return;
+        }
+        let _ = access::DIRECT.set(access::Direct {
+            sink: self.clone(),
+            format,
+        });
+    }
+
+    /// Appends one access line built by `line`, as the `fmt` layer's writes would.
+    fn append_access(&self, line: impl FnOnce(&mut Vec<u8>, &mut access::Clock)) {
+        let mut state = self.0.lock();
+        let state = &mut *state;
+        line(&mut state.buf, &mut state.clock);
+        state.after_line(&self.0, true);
     }
 }
 
@@ -177,19 +206,26 @@ impl Write for Line<'_> {
 
 impl Drop for Line<'_> {
     fn drop(&mut self) {
-        let state = &mut *self.state;
-        if !self.buffered || state.buf.len() >= CAPACITY {
-            state.write_out();
+        self.state.after_line(self.shared, self.buffered);
+    }
+}
+
+impl State {
+    /// A line was appended: writes the buffer unless the line is `buffered` and fits, else
+    /// makes sure the flusher will.
+    fn after_line(&mut self, shared: &Arc<Shared>, buffered: bool) {
+        if !buffered || self.buf.len() >= CAPACITY {
+            self.write_out();
             return;
         }
-        match state.flusher {
+        match self.flusher {
             Flusher::Busy => {}
             Flusher::Idle => {
-                state.flusher = Flusher::Busy;
-                self.shared.wake.notify_one();
+                self.flusher = Flusher::Busy;
+                shared.wake.notify_one();
             }
             Flusher::NotStarted => {
-                let shared = self.shared.clone();
+                let shared = shared.clone();
                 let spawned = std::thread::Builder::new()
                     .name("log-flush".into())
                     // It only sleeps and writes.
@@ -197,13 +233,13 @@ impl Drop for Line<'_> {
                     .spawn(move || flusher(&shared));
                 if spawned.is_ok() {
                     // The new thread waits for this lock, finds the line, sleeps, writes it.
-                    state.flusher = Flusher::Busy;
+                    self.flusher = Flusher::Busy;
                 } else {
-                    state.flusher = Flusher::Unavailable;
-                    state.write_out();
+                    self.flusher = Flusher::Unavailable;
+                    self.write_out();
                 }
             }
-            Flusher::Unavailable => state.write_out(),
+            Flusher::Unavailable => self.write_out(),
         }
     }
 }

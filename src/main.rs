@@ -154,6 +154,12 @@ fn init_tracing(format: LogFormat) -> ironic_proxy::LogWriter {
             .with(filter)
             .init(),
     }
+    // The same lines as the formats above, written without tracing's field visitor.
+    let access = match format {
+        LogFormat::Text => ironic_proxy::AccessFormat::Text,
+        LogFormat::Json => ironic_proxy::AccessFormat::Json,
+    };
+    stderr.write_access_lines(access, ansi);
     stderr
 }
 

@@ -172,38 +172,22 @@ impl Record {
     }
 }
 
-/// The request path for the log, bounded whatever the client sends; written straight into the
-/// line, no copy.
-struct BoundedPath<'a>(Option<&'a Uri>);
-
-impl std::fmt::Display for BoundedPath<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let Some(uri) = self.0 else {
-            return f.write_str("-");
-        };
-        let path = uri.path();
-        if path.len() <= 256 {
-            return f.write_str(path);
-        }
-        let mut end = 256;
-        while !path.is_char_boundary(end) {
-            end -= 1;
-        }
-        f.write_str(&path[..end])?;
-        f.write_str("…")
+/// The request path for the log, bounded whatever the client sends: its first 256 bytes (to a
+/// character boundary) and whether it was cut (the line then shows `…` after it); `-` for a
+/// head that never became a request. Borrowed, no copy.
+fn bounded_path(uri: Option<&Uri>) -> (&str, bool) {
+    let Some(uri) = uri else {
+        return ("-", false);
+    };
+    let path = uri.path();
+    if path.len() <= 256 {
+        return (path, false);
     }
-}
-
-/// The client's address for the log (`unix` on a unix socket listener), written into the line.
-struct Client(Option<std::net::SocketAddr>);
-
-impl std::fmt::Display for Client {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(peer) => std::fmt::Display::fmt(&peer, f),
-            None => f.write_str("unix"),
-        }
+    let mut end = 256;
+    while !path.is_char_boundary(end) {
+        end -= 1;
     }
+    (&path[..end], true)
 }
 
 /// Room for an IP address as text on the stack.
@@ -251,25 +235,27 @@ impl OnEnd for Record {
         }
         let mut ip = IpText::default();
         let identity = self.identity.as_deref().map(|i| identity_name(i, &mut ip));
-        tracing::info!(
-            target: "access",
-            listener = %self.listener,
-            client = %Client(self.peer),
-            identity = identity.unwrap_or("-"),
-            method = %self.request.as_ref().map_or("-", |(m, _)| m.as_str()),
-            path = %BoundedPath(self.request.as_ref().map(|(_, u)| u)),
-            status = self.status,
+        let (path, path_cut) = bounded_path(self.request.as_ref().map(|(_, u)| u));
+        crate::logging::access::Line {
+            listener: &self.listener,
+            client: self.peer,
+            identity: identity.unwrap_or("-"),
+            method: self.request.as_ref().map_or("-", |(m, _)| m.as_str()),
+            path,
+            path_cut,
+            status: self.status,
             bytes,
-            duration_ms = elapsed.as_secs_f64() * 1000.0,
-            upstream = self.upstream.as_deref().unwrap_or("-"),
-            rpc_method = rpc_method.unwrap_or("-"),
-            blame = self.blame.map_or("-", |b| match b {
+            duration_ms: elapsed.as_secs_f64() * 1000.0,
+            upstream: self.upstream.as_deref().unwrap_or("-"),
+            rpc_method: rpc_method.unwrap_or("-"),
+            blame: self.blame.map_or("-", |b| match b {
                 Blame::Client => "client",
                 Blame::Upstream => "upstream",
                 Blame::Proxy => "proxy",
             }),
             complete,
-        );
+        }
+        .log();
     }
 
     fn on_first_data(&mut self, data: &[u8]) {
@@ -281,7 +267,7 @@ impl OnEnd for Record {
 
 #[cfg(test)]
 mod tests {
-    use super::{identity_name, BoundedPath, Client, IpText};
+    use super::{bounded_path, identity_name, IpText};
     use crate::tls::ClientIdentity;
 
     #[test]
@@ -319,19 +305,19 @@ mod tests {
         }
     }
 
+    /// The client's half of this test is `logging::tests::the_client_prints_as_before`.
     #[test]
     fn path_and_client_print_as_before() {
         let long = format!("/{}", "a".repeat(300));
         let uri: http::Uri = long.parse().unwrap();
-        assert_eq!(
-            BoundedPath(Some(&uri)).to_string(),
-            format!("{}…", &long[..256])
-        );
+        assert_eq!(bounded_path(Some(&uri)), (&long[..256], true));
         let uri: http::Uri = "/v1/nodes?detail=true".parse().unwrap();
-        assert_eq!(BoundedPath(Some(&uri)).to_string(), "/v1/nodes");
-        assert_eq!(BoundedPath(None).to_string(), "-");
-        assert_eq!(Client(None).to_string(), "unix");
-        let peer = "[::1]:6385".parse().unwrap();
-        assert_eq!(Client(Some(peer)).to_string(), "[::1]:6385");
+        assert_eq!(bounded_path(Some(&uri)), ("/v1/nodes", false));
+        assert_eq!(bounded_path(None), ("-", false));
+        // A cut inside a character ends before it.
+        let wide = format!("/{}", "é".repeat(200));
+        let uri: http::Uri = wide.parse().unwrap();
+        let (cut, more) = bounded_path(Some(&uri));
+        assert!(more && cut.len() == 255 && wide.starts_with(cut), "{cut}");
     }
 }
