@@ -3,7 +3,7 @@
 //! Start-up order: metrics, identity (every file checked), upstreams, TLS configurations, bind
 //! every listener (any failure is a start-up error), admin, then accept; last, the executable's
 //! pages that only start-up used are given back ([`crate::trim`]). `/readyz` turns 200 once all
-//! listeners are bound and that is done. Shutdown order is documented in [`crate::listen`].
+//! listeners are bound. Shutdown order is documented in [`crate::listen`].
 
 use crate::admin::{self, IdentityCheck, Readiness};
 use crate::config::{Config, ListenAddr, TlsMode, UpstreamConfig};
@@ -289,6 +289,7 @@ impl Server {
             drained.push(Box::pin(l.drained()));
             tokio::spawn(l.run(shutdown_rx.clone()));
         }
+        readiness.set_bound();
         // Logged once started: a start-up failure stays one line on stderr.
         tracing::info!(
             fips = crate::crypto::fips(),
@@ -301,8 +302,6 @@ impl Server {
         // Last: what start-up ran is in the executable's resident pages, most of it never to
         // run again; the request path faults back what it uses.
         crate::trim::executable_pages();
-        // After the trim, so that a 200 from `/readyz` means it is done.
-        readiness.set_bound();
         Ok(Self {
             metrics,
             readiness,
