@@ -18,6 +18,7 @@
 //! - [`auth`]: HTTP Basic authentication per listener (htpasswd, public paths).
 //! - [`metrics`]: the Prometheus registry and every metric family.
 //! - [`logging`]: the stderr writer behind `tracing`; access lines written in batches.
+//! - `trim`: once ready, the executable's pages that only start-up used are given back.
 
 #![warn(clippy::unwrap_used)]
 
@@ -42,6 +43,7 @@ mod proxy;
 mod server;
 mod signal;
 mod tls;
+mod trim;
 
 // What the binary runs.
 pub use auth::check as check_auth;

@@ -1,8 +1,9 @@
 //! Builds and runs everything a configuration describes, and drains it on demand.
 //!
 //! Start-up order: metrics, identity (every file checked), upstreams, TLS configurations, bind
-//! every listener (any failure is a start-up error), admin, then accept. `/readyz` turns 200 once
-//! all listeners are bound. Shutdown order is documented in [`crate::listen`].
+//! every listener (any failure is a start-up error), admin, then accept; last, the executable's
+//! pages that only start-up used are given back ([`crate::trim`]). `/readyz` turns 200 once all
+//! listeners are bound. Shutdown order is documented in [`crate::listen`].
 
 use crate::admin::{self, IdentityCheck, Readiness};
 use crate::config::{Config, ListenAddr, TlsMode, UpstreamConfig};
@@ -298,6 +299,9 @@ impl Server {
         for (name, addr) in &bound {
             tracing::info!(listener = %name, %addr, "listening");
         }
+        // Last: what start-up ran is in the executable's resident pages, most of it never to
+        // run again; the request path faults back what it uses.
+        crate::trim::executable_pages();
         Ok(Self {
             metrics,
             readiness,

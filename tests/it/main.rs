@@ -32,6 +32,7 @@ mod identity_failures;
 mod identity_rotation;
 mod inmem;
 mod jsonrpc_visibility;
+mod memory_trim;
 mod pki_cli;
 mod profiles;
 mod routes_auth;

@@ -1,0 +1,336 @@
+//! Gives back the executable's pages that start-up left resident. At the bottom of the crate:
+//! it knows only `/proc` and `madvise`.
+//!
+//! Start-up (command line, configuration, identity, TLS set-up, the runtime) runs code from all
+//! over the binary's text once, and the kernel maps up to 64 KiB around every page touched
+//! (fault-around), so most of the text and read-only data stays mapped, counted in RSS and PSS,
+//! for the life of the process. Once the server is ready, [`executable_pages`] advises the
+//! executable's clean read-only mappings away with `MADV_DONTNEED`: the pages stay in the page
+//! cache, so what the request path touches again comes back through a minor fault (no disk
+//! read), and what only start-up used is no longer mapped.
+//!
+//! Only private mappings of our own executable that are not writable and hold no page of their
+//! own are advised: `Anonymous` and `Swap` 0 kB in `/proc/self/smaps`. A page written in a
+//! private mapping (the relocated RELRO segment, a debugger's breakpoint) is a copy-on-write
+//! copy, counted in `Anonymous` while resident and in `Swap` once swapped out; dropping it would
+//! lose what was written. `Private_Dirty` says something else for a file page: that the page
+//! cache has not written it back yet (a binary copied or linked less than ~30 s before it ran
+//! shows its text as `Private_Dirty`, with `Anonymous: 0`); that page is shared with the cache
+//! and a later fault maps the same page again, so it does not keep a mapping from being advised.
+
+use std::io::{self, BufRead, BufReader};
+
+/// Where the mappings are read from, and the executable's path in them.
+const SMAPS: &str = "/proc/self/smaps";
+const EXE: &str = "/proc/self/exe";
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TrimError {
+    #[error("cannot read {path}")]
+    Read {
+        path: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("madvise(MADV_DONTNEED) of {start:#x}-{end:#x} failed")]
+    Advise {
+        start: usize,
+        end: usize,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What [`executable_pages`] advised away.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Trimmed {
+    /// Mappings advised.
+    pub(crate) mappings: usize,
+    /// Their size in bytes.
+    pub(crate) bytes: usize,
+    /// How much of them was resident before, in bytes.
+    pub(crate) resident: u64,
+}
+
+/// One whole mapping of the executable that holds only file pages, and its resident size.
+#[derive(Debug, PartialEq, Eq)]
+struct Region {
+    start: usize,
+    end: usize,
+    rss_kib: u64,
+}
+
+/// Advises the executable's clean read-only mappings away, once the server is ready. Never
+/// fails the caller: a failure is logged (the process keeps its pages, nothing else changes).
+pub(crate) fn executable_pages() {
+    match trim() {
+        Ok(t) => tracing::debug!(
+            mappings = t.mappings,
+            bytes = t.bytes,
+            resident_bytes = t.resident,
+            "executable pages advised away (MADV_DONTNEED)"
+        ),
+        Err(e) => tracing::warn!(
+            error = %crate::error::chain(&e),
+            "start-up's executable pages stay resident"
+        ),
+    }
+}
+
+fn trim() -> Result<Trimmed, TrimError> {
+    let read = |source| TrimError::Read { path: EXE, source };
+    let exe = std::fs::read_link(EXE).map_err(read)?;
+    let exe = exe
+        .to_str()
+        .ok_or_else(|| read(io::ErrorKind::InvalidData.into()))?;
+    let read = |source| TrimError::Read {
+        path: SMAPS,
+        source,
+    };
+    let smaps = std::fs::File::open(SMAPS).map_err(read)?;
+    let regions = droppable(BufReader::new(smaps), exe).map_err(read)?;
+    let mut done = Trimmed::default();
+    for r in &regions {
+        dont_need(r).map_err(|source| TrimError::Advise {
+            start: r.start,
+            end: r.end,
+            source,
+        })?;
+        done.mappings += 1;
+        done.bytes += r.end - r.start;
+        done.resident += r.rss_kib * 1024;
+    }
+    Ok(done)
+}
+
+/// The mappings in `smaps` (the format of proc(5)'s `/proc/PID/smaps`) that may be advised
+/// away: private mappings of `exe`, not writable, resident in part, and with every page a page
+/// of the file (none anonymous, none swapped). A mapping missing one of the fields that say so
+/// is left alone.
+fn droppable(smaps: impl BufRead, exe: &str) -> io::Result<Vec<Region>> {
+    /// The mapping being read: its range and what its fields said so far.
+    struct Candidate {
+        start: usize,
+        end: usize,
+        rss_kib: Option<u64>,
+        own_pages_kib: [Option<u64>; 2],
+    }
+    const OWN_PAGES: [&str; 2] = ["Anonymous:", "Swap:"];
+    let finish = |c: Candidate, out: &mut Vec<Region>| {
+        let clean = c.own_pages_kib.iter().all(|kib| *kib == Some(0));
+        match c.rss_kib {
+            Some(rss_kib) if clean && rss_kib > 0 => out.push(Region {
+                start: c.start,
+                end: c.end,
+                rss_kib,
+            }),
+            _ => {}
+        }
+    };
+    let mut out = Vec::new();
+    let mut current: Option<Candidate> = None;
+    for line in smaps.lines() {
+        let line = line?;
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else { continue };
+        if first.ends_with(':') {
+            // A field of the mapping above: `Rss:  1234 kB`.
+            let Some(c) = current.as_mut() else { continue };
+            let kib = words.next().and_then(|v| v.parse().ok());
+            if first == "Rss:" {
+                c.rss_kib = kib;
+            } else if let Some(i) = OWN_PAGES.iter().position(|f| *f == first) {
+                c.own_pages_kib[i] = kib;
+            }
+            continue;
+        }
+        // A mapping's header: `start-end perms offset dev inode path`; the path may hold spaces.
+        if let Some(c) = current.take() {
+            finish(c, &mut out);
+        }
+        let perms = words.next().unwrap_or_default().as_bytes();
+        let path = header_path(&line);
+        let private_read_only = perms.len() == 4 && perms[1] == b'-' && perms[3] == b'p';
+        if !private_read_only || path != Some(exe) {
+            continue;
+        }
+        let range = first.split_once('-').and_then(|(s, e)| {
+            Some((
+                usize::from_str_radix(s, 16).ok()?,
+                usize::from_str_radix(e, 16).ok()?,
+            ))
+        });
+        if let Some((start, end)) = range.filter(|(s, e)| s < e) {
+            current = Some(Candidate {
+                start,
+                end,
+                rss_kib: None,
+                own_pages_kib: [None; 2],
+            });
+        }
+    }
+    if let Some(c) = current {
+        finish(c, &mut out);
+    }
+    Ok(out)
+}
+
+/// The path of a header line, after its five fields; `None` for an anonymous mapping.
+fn header_path(line: &str) -> Option<&str> {
+    let mut rest = line;
+    for _ in 0..5 {
+        rest = rest.trim_start().split_once(char::is_whitespace)?.1;
+    }
+    Some(rest.trim()).filter(|p| !p.is_empty())
+}
+
+/// `madvise(MADV_DONTNEED)` over one mapping that [`droppable`] chose. The second of the
+/// crate's two unsafe functions (the other sets a bcrypt thread's scheduling policy).
+#[allow(unsafe_code)]
+fn dont_need(r: &Region) -> io::Result<()> {
+    // SAFETY: madvise reads and writes no memory of ours; it changes what backs the range
+    // `r.start..r.end`, one whole mapping as smaps listed it (page-aligned), a private mapping
+    // of our executable, which the process never unmaps. When smaps was read it was not
+    // writable and held no anonymous or swapped page: every page in it was the file's own,
+    // shared with the page cache. Nothing in the crate writes to or mprotects the executable's
+    // mappings, so that still holds. MADV_DONTNEED on such pages only unmaps them; the next
+    // access faults the same file bytes back in, so the code and the `'static` data in the
+    // range read the same before and after.
+    let rc = unsafe {
+        libc::madvise(
+            r.start as *mut libc::c_void,
+            r.end - r.start,
+            libc::MADV_DONTNEED,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{droppable, header_path, Region};
+
+    const EXE: &str = "/usr/local/bin/ironic proxy";
+
+    /// A mapping's header and fields as the kernel prints them (fields it prints and we do not
+    /// read are left out); `own` is `[Anonymous, Private_Dirty, Swap]` in kB.
+    fn mapping(range: &str, perms: &str, path: &str, rss: u64, own: [u64; 3]) -> String {
+        format!(
+            "{range} {perms} 00000000 fd:01 1234      {path}\n\
+             Size:               7528 kB\n\
+             Rss:              {rss:>6} kB\n\
+             Pss:              {rss:>6} kB\n\
+             Private_Dirty:    {:>6} kB\n\
+             Anonymous:        {:>6} kB\n\
+             Swap:             {:>6} kB\n\
+             VmFlags: rd ex mr mw me dw\n",
+            own[1], own[0], own[2]
+        )
+    }
+
+    #[test]
+    fn only_clean_read_only_mappings_of_the_executable() {
+        let smaps = [
+            // rodata and eh_frame: clean, read-only.
+            mapping("55d0a0000000-55d0a0200000", "r--p", EXE, 1400, [0, 0, 0]),
+            // text: clean.
+            mapping("55d0a0200000-55d0a0950000", "r-xp", EXE, 5600, [0, 0, 0]),
+            // RELRO: read-only now, but relocated, so its pages are the process's own.
+            mapping("55d0a0950000-55d0a0990000", "r--p", EXE, 256, [256, 0, 0]),
+            // .data: writable.
+            mapping("55d0a0990000-55d0a0994000", "rw-p", EXE, 16, [16, 16, 0]),
+            // Read-only but a page of it swapped out after a copy-on-write (a debugger's
+            // breakpoint): the swapped copy would be lost.
+            mapping("55d0a0994000-55d0a0998000", "r-xp", EXE, 4, [0, 0, 4]),
+            // Dirty in the page cache, not written back yet (a binary copied just before it
+            // ran), but no page of its own: the same pages come back.
+            mapping("55d0a0998000-55d0a099c000", "r-xp", EXE, 4, [0, 4, 0]),
+            // Nothing resident: nothing to give back.
+            mapping("55d0a099c000-55d0a09a0000", "r--p", EXE, 0, [0, 0, 0]),
+            // A library, a shared mapping of the executable, an anonymous mapping.
+            mapping(
+                "7f0000000000-7f0000100000",
+                "r-xp",
+                "/usr/lib/libc.so.6",
+                900,
+                [0, 0, 0],
+            ),
+            mapping("7f0000100000-7f0000200000", "r--s", EXE, 8, [0, 0, 0]),
+            mapping("7f0000200000-7f0000300000", "r--p", "", 8, [0, 0, 0]),
+        ]
+        .concat();
+        let got = droppable(smaps.as_bytes(), EXE).expect("in memory");
+        assert_eq!(
+            got,
+            [
+                Region {
+                    start: 0x55d0_a000_0000,
+                    end: 0x55d0_a020_0000,
+                    rss_kib: 1400
+                },
+                Region {
+                    start: 0x55d0_a020_0000,
+                    end: 0x55d0_a095_0000,
+                    rss_kib: 5600
+                },
+                Region {
+                    start: 0x55d0_a099_8000,
+                    end: 0x55d0_a099_c000,
+                    rss_kib: 4
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mapping_missing_a_field_is_left_alone() {
+        let full = mapping("1000-2000", "r-xp", EXE, 4, [0, 0, 0]);
+        assert_eq!(droppable(full.as_bytes(), EXE).expect("in memory").len(), 1);
+        for field in ["Anonymous:", "Swap:", "Rss:"] {
+            let without: String = full
+                .lines()
+                .filter(|l| !l.starts_with(field))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let got = droppable(without.as_bytes(), EXE).expect("in memory");
+            assert!(got.is_empty(), "without {field}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn another_file_whose_path_starts_like_ours_is_not_ours() {
+        let other = mapping("1000-2000", "r-xp", &format!("{EXE} (deleted)"), 4, [0; 3]);
+        assert!(droppable(other.as_bytes(), EXE)
+            .expect("in memory")
+            .is_empty());
+        let other = mapping("1000-2000", "r-xp", "/usr/local/bin/ironic", 4, [0; 3]);
+        assert!(droppable(other.as_bytes(), EXE)
+            .expect("in memory")
+            .is_empty());
+    }
+
+    #[test]
+    fn header_paths_keep_their_spaces_and_anonymous_mappings_have_none() {
+        let line = "55d0a0200000-55d0a0950000 r-xp 00200000 fd:01 1234    /a b/c (deleted)";
+        assert_eq!(header_path(line), Some("/a b/c (deleted)"));
+        assert_eq!(header_path("7f00-7f10 rw-p 00000000 00:00 0 "), None);
+        assert_eq!(header_path("7f00-7f10 rw-p 00000000 00:00 0"), None);
+    }
+
+    /// The real thing, on this test process: its own executable is found and advised, and the
+    /// process keeps running the code it dropped.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn this_process_trims_its_own_executable_and_keeps_running() {
+        let done = super::trim().expect("trim this test binary");
+        assert!(done.mappings >= 1, "{done:?}");
+        assert!(done.resident > 0, "{done:?}");
+        // Running again touches only what ran since, a fraction of what was resident.
+        let again = super::trim().expect("trim again");
+        assert!(again.resident < done.resident, "{again:?} after {done:?}");
+    }
+}
