@@ -140,7 +140,17 @@ fn init_tracing(format: LogFormat) -> ironic_proxy::LogWriter {
     let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let stderr = ironic_proxy::LogWriter::new();
+    // The builder's own level cap (INFO by default) would hide `debug` events that `RUST_LOG`
+    // asks for: it is set to the most verbose level `RUST_LOG` names, so `filter` decides and
+    // the global level hint stays as tight as `RUST_LOG`.
+    let most_verbose = filter
+        .iter()
+        .map(|(_, level)| level)
+        .chain(filter.default_level())
+        .max()
+        .unwrap_or(tracing::level_filters::LevelFilter::INFO);
     let builder = tracing_subscriber::fmt()
+        .with_max_level(most_verbose)
         .with_writer(stderr.clone())
         .with_timer(ironic_proxy::LogTimestamp)
         .with_ansi(ansi);

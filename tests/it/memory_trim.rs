@@ -92,3 +92,37 @@ fn once_ready_the_text_is_mostly_given_back_and_requests_still_work() {
         "serving faulted code back in: {rss} -> {rss_after} KiB"
     );
 }
+
+/// `RUST_LOG` decides alone which levels are written: with `ironic_proxy=debug` the trim's debug
+/// line appears, with `info` it does not (a level cap inside the log set-up once hid every
+/// debug line whatever `RUST_LOG` said).
+#[test]
+fn rust_log_debug_turns_debug_lines_on() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let builder = sb.proxy_to(&up, &[("api", Tls::Server)]);
+    let line = "executable pages advised away";
+    for (rust_log, shown) in [("info,ironic_proxy=debug", true), ("info", false)] {
+        let proxy = support::proxy::start_ready(Duration::from_secs(10), || {
+            let (config, admin, ports) = builder.write_config();
+            support::Proxy::spawn_env(
+                &config,
+                admin,
+                ports,
+                false,
+                None,
+                &[("RUST_LOG", rust_log)],
+            )
+        });
+        let ready = proxy.wait_log(Duration::from_secs(10), |l| {
+            l.trim_end().ends_with(" ready")
+        });
+        assert!(
+            ready.is_some(),
+            "{rust_log}: no `ready` line: {:?}",
+            proxy.logs()
+        );
+        let seen = proxy.logs().iter().any(|l| l.contains(line));
+        assert_eq!(seen, shown, "RUST_LOG={rust_log}: {:#?}", proxy.logs());
+    }
+}
