@@ -27,12 +27,11 @@ use super::body::RequestBody;
 use super::headers;
 use super::pool::{Member, Pool};
 use super::response::ResponseBody;
-use super::upstream::Lease;
+use super::upstream::UpstreamBody;
 use super::ProxyError;
 use crate::metrics::{FindLabels, Metrics};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::{header, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -62,8 +61,7 @@ pub struct Finder {
 
 enum Answer {
     Found {
-        resp: Response<Incoming>,
-        lease: Lease,
+        resp: Response<UpstreamBody>,
         modified: Option<SystemTime>,
     },
     Missing,
@@ -158,7 +156,7 @@ impl Finder {
                     member.health.record_passive_failure(Instant::now());
                     Answer::Failed(format!("{}: {}", endpoint.name, crate::error::chain(&e)))
                 }
-                Ok(Ok((resp, lease))) => {
+                Ok(Ok(resp)) => {
                     let status = resp.status();
                     if status.is_success() {
                         member.health.record_passive_success();
@@ -167,20 +165,16 @@ impl Finder {
                             .get(header::LAST_MODIFIED)
                             .and_then(|v| v.to_str().ok())
                             .and_then(|v| httpdate::parse_http_date(v).ok());
-                        Answer::Found {
-                            resp,
-                            lease,
-                            modified,
-                        }
+                        Answer::Found { resp, modified }
                     } else if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
                         member.health.record_passive_success();
-                        discard(resp, lease);
+                        discard(resp);
                         Answer::Missing
                     } else {
                         if status.is_server_error() {
                             member.health.record_passive_failure(Instant::now());
                         }
-                        discard(resp, lease);
+                        discard(resp);
                         Answer::Failed(format!("{}: answered {status}", endpoint.name))
                     }
                 }
@@ -225,22 +219,22 @@ impl Finder {
         };
         let mut chosen = None;
         for (i, a) in answers.into_iter().enumerate() {
-            if let Some(Answer::Found { resp, lease, .. }) = a {
+            if let Some(Answer::Found { resp, .. }) = a {
                 if i == winner {
-                    chosen = Some((resp, lease));
+                    chosen = Some(resp);
                 } else {
-                    discard(resp, lease);
+                    discard(resp);
                 }
             }
         }
-        let (resp, lease) = chosen.ok_or(ProxyError::NoUpstream)?;
+        let resp = chosen.ok_or(ProxyError::NoUpstream)?;
         self.outcomes.found.inc();
         let version = resp.version();
         let (mut p, body) = resp.into_parts();
         headers::rewrite_response(&mut p.headers, version);
         p.headers.remove(header::RETRY_AFTER);
         Ok((
-            Response::from_parts(p, ResponseBody::upstream(body, lease)),
+            Response::from_parts(p, ResponseBody::upstream(body)),
             members[winner].1.endpoint.label().clone(),
         ))
     }
@@ -248,19 +242,17 @@ impl Finder {
 
 /// An answer that is not served: its connection goes back to the pool when its body is empty,
 /// or small and read within [`DRAIN_TIME`]; it is closed otherwise.
-fn discard(resp: Response<Incoming>, lease: Lease) {
+fn discard(resp: Response<UpstreamBody>) {
     use http_body::Body as _;
     let body = resp.into_body();
     if body.is_end_stream() {
-        lease.release();
-        return;
+        return; // dropped at its end: the connection goes back
     }
     if body.size_hint().upper().is_some_and(|n| n <= DRAIN_BYTES) {
         tokio::spawn(async move {
-            let read = tokio::time::timeout(DRAIN_TIME, http_body_util::BodyExt::collect(body));
-            if matches!(read.await, Ok(Ok(_))) {
-                lease.release();
-            }
+            // Read to its end in time, the body gives the connection back; otherwise it is
+            // dropped with the body, closed.
+            let _ = tokio::time::timeout(DRAIN_TIME, http_body_util::BodyExt::collect(body)).await;
         });
     }
 }

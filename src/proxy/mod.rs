@@ -10,6 +10,7 @@ mod admit;
 pub(crate) mod body;
 mod error;
 pub(crate) mod find;
+mod h1;
 pub mod headers;
 pub mod jsonrpc;
 mod log;

@@ -1,15 +1,14 @@
 //! Response bodies as the proxy moves them to the client.
 //!
 //! They tell the connection of every poll ([`Progress`]: whether the client or the upstream is
-//! being waited on), give the upstream connection back to its pool when read to the end
-//! ([`Lease`]), and carry a guard that runs when the response ends, finished or aborted: it
+//! being waited on), read the upstream's body ([`UpstreamBody`], which gives its connection back
+//! to the pool when read to the end), and carry a guard that runs when the response ends, finished or aborted: it
 //! closes the in-flight count of the connection and writes the access log.
 
 use super::body::BoxError;
-use super::upstream::Lease;
+use super::upstream::UpstreamBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -31,8 +30,8 @@ pub trait OnEnd: Send + Sync + 'static {
 
 enum Inner {
     Full(Option<Bytes>),
-    /// With the upstream connection it comes from, given back to its pool at the end.
-    Upstream(Incoming, Option<Lease>),
+    /// Read from the upstream connection, which it gives back to its pool at the end.
+    Upstream(UpstreamBody),
 }
 
 /// What goes to the client.
@@ -57,9 +56,9 @@ impl ResponseBody {
         }
     }
 
-    pub fn upstream(b: Incoming, lease: Lease) -> Self {
+    pub fn upstream(b: UpstreamBody) -> Self {
         Self {
-            inner: Inner::Upstream(b, Some(lease)),
+            inner: Inner::Upstream(b),
             bytes: 0,
             done: false,
             on_end: None,
@@ -78,13 +77,6 @@ impl ResponseBody {
 
     fn finish(&mut self, complete: bool) {
         self.done = true;
-        if let Inner::Upstream(_, lease) = &mut self.inner {
-            // Read to its end: the connection can carry another request. Otherwise dropping
-            // the lease closes it.
-            if let Some(lease) = lease.take().filter(|_| complete) {
-                lease.release();
-            }
-        }
         if let Some(mut f) = self.on_end.take() {
             f.on_end(self.bytes, complete);
         }
@@ -109,9 +101,7 @@ impl Body for ResponseBody {
         let this = self.get_mut();
         let polled = match &mut this.inner {
             Inner::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Inner::Upstream(body, _) => Pin::new(body)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+            Inner::Upstream(body) => Pin::new(body).poll_frame(cx),
         };
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
@@ -137,14 +127,14 @@ impl Body for ResponseBody {
     fn is_end_stream(&self) -> bool {
         match &self.inner {
             Inner::Full(b) => b.is_none(),
-            Inner::Upstream(b, _) => b.is_end_stream(),
+            Inner::Upstream(b) => b.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
             Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Inner::Upstream(b, _) => b.size_hint(),
+            Inner::Upstream(b) => b.size_hint(),
         }
     }
 }

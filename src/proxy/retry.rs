@@ -10,10 +10,9 @@
 use super::body::{CutSlot, RequestBody};
 use super::pool::{Member, Pool, Slot};
 use super::response::ResponseBody;
-use super::upstream::{Lease, SendError};
+use super::upstream::{SendError, UpstreamBody};
 use super::{cut_error, headers, Gateway, Proxy, ProxyError};
 use http::{Request, Response};
-use hyper::body::Incoming;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -21,7 +20,7 @@ use tokio::time::Instant;
 /// What one try came to.
 enum Outcome {
     /// A response to relay to the client.
-    Relay(Response<Incoming>, Lease),
+    Relay(Response<UpstreamBody>),
     /// A failure; `retry` when another endpoint may be tried (the request has no side effect
     /// yet, or its method is replayable).
     Failed { error: ProxyError, retry: bool },
@@ -31,7 +30,7 @@ enum Outcome {
 /// follow (tries and time left, another endpoint, a replayable body); without it a gateway
 /// error from the upstream is relayed as it is, not turned into our 502.
 fn classify(
-    tried: Result<Result<(Response<Incoming>, Lease), SendError>, tokio::time::error::Elapsed>,
+    tried: Result<Result<Response<UpstreamBody>, SendError>, tokio::time::error::Elapsed>,
     member: &Member,
     replayable_method: bool,
     more: bool,
@@ -58,17 +57,17 @@ fn classify(
             let before_send = e.is_connect();
             failed(Gateway::Send(e), before_send || replayable_method)
         }
-        // hyper's read buffer bound lets a head that arrives in one read through; hold the
+        // The client's read bound lets a head up to twice header_bytes through; hold the
         // upstream to the same header_bytes as clients.
-        Ok(Ok((resp, _))) if headers::head_len(resp.headers()) > header_bytes => {
+        Ok(Ok(resp)) if headers::head_len(resp.headers()) > header_bytes => {
             member.health.record_passive_failure(Instant::now());
             failed(Gateway::HeadTooLarge, replayable_method)
         }
         // Relaying a 101 would hand the client a raw tunnel.
-        Ok(Ok((resp, _))) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
+        Ok(Ok(resp)) if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS => {
             failed(Gateway::Unsolicited101, false)
         }
-        Ok(Ok((resp, lease))) => {
+        Ok(Ok(resp)) => {
             let status = resp.status().as_u16();
             let gateway_error = matches!(status, 502..=504);
             if gateway_error {
@@ -79,7 +78,7 @@ fn classify(
             if gateway_error && replayable_method && more {
                 failed(Gateway::Answered(status), true)
             } else {
-                Outcome::Relay(resp, lease)
+                Outcome::Relay(resp)
             }
         }
     }
@@ -144,12 +143,12 @@ pub(super) async fn send(
             more,
             limits.header_bytes,
         ) {
-            Outcome::Relay(mut resp, lease) => {
+            Outcome::Relay(mut resp) => {
                 let version = resp.version();
                 headers::rewrite_response(resp.headers_mut(), version);
                 let (p, b) = resp.into_parts();
                 return Ok((
-                    Response::from_parts(p, ResponseBody::upstream(b, lease)),
+                    Response::from_parts(p, ResponseBody::upstream(b)),
                     endpoint.label().clone(),
                 ));
             }

@@ -1,27 +1,31 @@
 //! Upstream endpoints: one pool of keep-alive HTTP/1.1 connections per endpoint, over unix
 //! sockets, TCP, or TLS to peers.
 //!
-//! The pool is ours, on hyper's connection-level client: an idle list per endpoint (the most
-//! recently used first, so few connections stay warm), a connection taken for one request and
-//! given back by the response body when it has been read to its end ([`Lease`]), idle ones
-//! dropped after [`IDLE_TIMEOUT`]. Nothing is spawned per request and no URI is rebuilt: the
-//! request goes out in origin form, with `Host` filled in from the endpoint when the client sent
-//! none. Connect errors are reported as such ([`SendError::is_connect`]), which is what makes a
-//! retry on another endpoint safe; a request that a pooled connection closed before sending is
-//! sent again on a fresh one.
+//! The pool and the client are ours ([`super::h1`] says why): an idle list per endpoint (the
+//! most recently used first, so few connections stay warm), a connection taken for one request
+//! and given back by its response body when that has been read to its end ([`UpstreamBody`]),
+//! idle ones dropped after [`IDLE_TIMEOUT`] or when the upstream closed them. Nothing is spawned
+//! per request or per connection and no URI is rebuilt: the request's own task writes the
+//! request in origin form, with `Host` filled in from the endpoint when the client sent none,
+//! and reads the response head; whoever polls the body reads the rest. Connect errors are
+//! reported as such ([`SendError::is_connect`]), which is what makes a retry on another
+//! endpoint safe; a request that a pooled connection refused before it went out (the upstream
+//! had closed it) is sent again on a fresh one.
 
+use super::h1::{self, BodyKind, Decoded, RequestFraming};
 use crate::config::UpstreamAddr;
-use crate::proxy::body::RequestBody;
-use hyper::client::conn::http1;
-use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::rt::TokioIo;
+use crate::proxy::body::{BoxError, RequestBody};
+use bytes::BytesMut;
+use http_body::{Body, Frame, SizeHint};
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
 
@@ -35,6 +39,15 @@ const MAX_IDLE: usize = 256;
 
 /// How long a TCP connect may take before the endpoint counts as refused.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A read asks for at least this much room: a small response (head and body) is one read.
+const READ_SIZE: usize = 8 * 1024;
+
+/// A long body is read up to this much at a time.
+const MAX_READ_SIZE: usize = 64 * 1024;
+
+/// A buffered request body up to this size goes out in the same write as the head.
+const INLINE_BODY: usize = 16 * 1024;
 
 /// Connects to one upstream address.
 #[derive(Clone)]
@@ -52,85 +65,251 @@ impl Connector {
     }
 }
 
-pin_project_lite::pin_project! {
-    #[project = ConnProj]
-    pub enum Conn {
-        Unix { #[pin] io: TokioIo<UnixStream> },
-        Tcp { #[pin] io: TokioIo<TcpStream> },
-        Tls { #[pin] io: TokioIo<tokio_rustls::client::TlsStream<TcpStream>> },
-    }
+/// A connection's transport.
+pub(crate) enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
-impl Read for Conn {
+impl AsyncRead for Conn {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
+        buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.project() {
-            ConnProj::Unix { io } => io.poll_read(cx, buf),
-            ConnProj::Tcp { io } => io.poll_read(cx, buf),
-            ConnProj::Tls { io } => io.poll_read(cx, buf),
+        match self.get_mut() {
+            Self::Unix(io) => Pin::new(io).poll_read(cx, buf),
+            Self::Tcp(io) => Pin::new(io).poll_read(cx, buf),
+            Self::Tls(io) => Pin::new(io).poll_read(cx, buf),
         }
     }
 }
 
-impl Write for Conn {
+impl AsyncWrite for Conn {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.project() {
-            ConnProj::Unix { io } => io.poll_write(cx, buf),
-            ConnProj::Tcp { io } => io.poll_write(cx, buf),
-            ConnProj::Tls { io } => io.poll_write(cx, buf),
+        match self.get_mut() {
+            Self::Unix(io) => Pin::new(io).poll_write(cx, buf),
+            Self::Tcp(io) => Pin::new(io).poll_write(cx, buf),
+            Self::Tls(io) => Pin::new(io).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.project() {
-            ConnProj::Unix { io } => io.poll_flush(cx),
-            ConnProj::Tcp { io } => io.poll_flush(cx),
-            ConnProj::Tls { io } => io.poll_flush(cx),
+        match self.get_mut() {
+            Self::Unix(io) => Pin::new(io).poll_flush(cx),
+            Self::Tcp(io) => Pin::new(io).poll_flush(cx),
+            Self::Tls(io) => Pin::new(io).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.project() {
-            ConnProj::Unix { io } => io.poll_shutdown(cx),
-            ConnProj::Tcp { io } => io.poll_shutdown(cx),
-            ConnProj::Tls { io } => io.poll_shutdown(cx),
+        match self.get_mut() {
+            Self::Unix(io) => Pin::new(io).poll_shutdown(cx),
+            Self::Tcp(io) => Pin::new(io).poll_shutdown(cx),
+            Self::Tls(io) => Pin::new(io).poll_shutdown(cx),
+        }
+    }
+}
+
+/// One HTTP/1.1 connection to an upstream, between requests or carrying one.
+pub(crate) struct Connection {
+    io: Conn,
+    /// Bytes read and not yet used: the response head, then the body's bytes until its
+    /// reader takes them.
+    buf: BytesMut,
+    /// The request head being written; its capacity is kept for the next request.
+    out: Vec<u8>,
+}
+
+impl Connection {
+    fn new(io: Conn) -> Self {
+        Self {
+            io,
+            buf: BytesMut::new(),
+            out: Vec::new(),
         }
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.project() {
-            ConnProj::Unix { io } => io.poll_write_vectored(cx, bufs),
-            ConnProj::Tcp { io } => io.poll_write_vectored(cx, bufs),
-            ConnProj::Tls { io } => io.poll_write_vectored(cx, bufs),
+    /// True when the connection can carry a request: nothing unread, and the upstream has
+    /// neither closed it nor sent anything unasked. Asked without waiting: a read that would
+    /// block means it is open and quiet.
+    fn is_reusable(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
         }
+        let mut byte = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        Pin::new(&mut self.io)
+            .poll_read(&mut cx, &mut probe)
+            .is_pending()
     }
 
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Self::Unix { io } => io.is_write_vectored(),
-            Self::Tcp { io } => io.is_write_vectored(),
-            Self::Tls { io } => io.is_write_vectored(),
+    /// Reads more into `buf`, with room for at least `want` bytes.
+    fn poll_fill(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < want.min(READ_SIZE) {
+            self.buf.reserve(want);
+        }
+        let read = self.io.read_buf(&mut self.buf);
+        tokio::pin!(read);
+        read.poll(cx)
+    }
+
+    async fn fill(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_fill(cx, READ_SIZE)).await
+    }
+
+    /// Writes the request: head, then body, framed as `framing` says. `Err(_, false)`: the
+    /// head could not be written, so nothing of the request reached the upstream.
+    async fn write_request(
+        &mut self,
+        parts: &http::request::Parts,
+        body: RequestBody,
+    ) -> Result<(), (io::Error, bool)> {
+        let framing = request_framing(parts, &body);
+        self.out.clear();
+        h1::write_head(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            framing,
+            &mut self.out,
+        );
+        match body {
+            RequestBody::Full(None) => self.write_head().await?,
+            RequestBody::Full(Some(b)) if b.len() <= INLINE_BODY => {
+                self.out.extend_from_slice(&b);
+                self.write_head().await?;
+            }
+            RequestBody::Full(Some(b)) => {
+                self.write_head().await?;
+                self.io.write_all(&b).await.map_err(|e| (e, true))?;
+            }
+            mut stream @ RequestBody::Stream(..) => {
+                self.write_head().await?;
+                let declared = declared_length(parts);
+                self.write_stream(&mut stream, framing, declared)
+                    .await
+                    .map_err(|e| (e, true))?;
+            }
+        }
+        self.io.flush().await.map_err(|e| (e, true))
+    }
+
+    async fn write_head(&mut self) -> Result<(), (io::Error, bool)> {
+        self.io.write_all(&self.out).await.map_err(|e| (e, false))
+    }
+
+    /// A streamed body: raw up to its declared length, or chunk-encoded.
+    async fn write_stream(
+        &mut self,
+        body: &mut RequestBody,
+        framing: RequestFraming,
+        declared: Option<u64>,
+    ) -> io::Result<()> {
+        let mut sent: u64 = 0;
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+        {
+            let frame = frame.map_err(|e| io::Error::other(BodyError(e)))?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers are not forwarded
+            };
+            if data.is_empty() {
+                continue;
+            }
+            sent += data.len() as u64;
+            if declared.is_some_and(|n| sent > n) {
+                return Err(io::Error::other(
+                    "request body longer than its Content-Length",
+                ));
+            }
+            if framing == RequestFraming::Chunked {
+                self.out.clear();
+                h1::chunk_line(data.len(), &mut self.out);
+                self.io.write_all(&self.out).await?;
+                self.io.write_all(&data).await?;
+                self.io.write_all(b"\r\n").await?;
+            } else {
+                self.io.write_all(&data).await?;
+            }
+        }
+        if framing == RequestFraming::Chunked {
+            self.io.write_all(b"0\r\n\r\n").await?;
+        }
+        if declared.is_some_and(|n| sent < n) {
+            return Err(io::Error::other(
+                "request body shorter than its Content-Length",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads the response head, skipping interim (1xx) responses other than 101.
+    async fn read_head(&mut self, max: usize) -> io::Result<h1::ResponseHead> {
+        loop {
+            if let Some(head) = h1::parse_head(&mut self.buf)? {
+                if head.status.is_informational()
+                    && head.status != http::StatusCode::SWITCHING_PROTOCOLS
+                {
+                    continue;
+                }
+                return Ok(head);
+            }
+            if self.buf.len() >= max {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "response head too large",
+                ));
+            }
+            if self.fill().await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the upstream closed the connection before answering",
+                ));
+            }
         }
     }
+}
+
+/// A client body that failed while it was being sent (the cause is the client's).
+#[derive(Debug, thiserror::Error)]
+#[error("reading the request body failed")]
+struct BodyError(#[source] BoxError);
+
+/// How the request body goes on the wire: as its own `Content-Length` says, or with one we add
+/// for a buffered body, or chunked for a streamed one of unknown length. `Transfer-Encoding`
+/// never reaches here (hop-by-hop, stripped with the request's other such fields).
+fn request_framing(parts: &http::request::Parts, body: &RequestBody) -> RequestFraming {
+    if parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        return RequestFraming::AsIs;
+    }
+    match body {
+        RequestBody::Full(None) => RequestFraming::AsIs,
+        RequestBody::Full(Some(b)) => RequestFraming::Length(b.len() as u64),
+        RequestBody::Stream(..) => body
+            .size_hint()
+            .exact()
+            .map_or(RequestFraming::Chunked, RequestFraming::Length),
+    }
+}
+
+fn declared_length(parts: &http::request::Parts) -> Option<u64> {
+    parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
 }
 
 impl Connector {
     async fn connect(&self) -> io::Result<Conn> {
         match &*self.addr {
-            UpstreamAddr::Unix(path) => Ok(Conn::Unix {
-                io: TokioIo::new(UnixStream::connect(path).await?),
-            }),
+            UpstreamAddr::Unix(path) => Ok(Conn::Unix(UnixStream::connect(path).await?)),
             UpstreamAddr::Tcp { host, port } => {
                 let s = tokio::time::timeout(
                     CONNECT_TIMEOUT,
@@ -140,18 +319,14 @@ impl Connector {
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
                 let _ = s.set_nodelay(true);
                 let Some(tls) = &self.tls else {
-                    return Ok(Conn::Tcp {
-                        io: TokioIo::new(s),
-                    });
+                    return Ok(Conn::Tcp(s));
                 };
                 let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(s))
                     .await
                     .map_err(|_| {
                         io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
                     })??;
-                Ok(Conn::Tls {
-                    io: TokioIo::new(stream),
-                })
+                Ok(Conn::Tls(Box::new(stream)))
             }
         }
     }
@@ -163,9 +338,10 @@ pub enum SendError {
     /// No connection could be made (refused, timed out, TLS failed): nothing was sent.
     #[error("cannot connect")]
     Connect(#[source] io::Error),
-    /// The connection failed after the request was handed to it.
+    /// The connection failed after the request was handed to it, or its answer was not
+    /// HTTP/1.1 we accept.
     #[error("the upstream connection failed")]
-    Http(#[source] hyper::Error),
+    Exchange(#[source] io::Error),
 }
 
 impl SendError {
@@ -177,28 +353,31 @@ impl SendError {
 
 /// The idle connections of one endpoint.
 struct Idle {
-    conns: Mutex<VecDeque<(http1::SendRequest<RequestBody>, Instant)>>,
+    conns: Mutex<VecDeque<(Connection, Instant)>>,
 }
 
 impl Idle {
-    /// The most recently used connection that is ready for a request; closed and expired ones
+    /// The most recently used connection that can carry a request; closed and expired ones
     /// are dropped on the way.
-    fn take(&self) -> Option<http1::SendRequest<RequestBody>> {
+    fn take(&self) -> Option<Connection> {
         let mut conns = self.conns.lock().ok()?;
         let now = Instant::now();
-        while let Some((tx, since)) = conns.pop_back() {
-            if tx.is_ready() && now.duration_since(since) < IDLE_TIMEOUT {
-                return Some(tx);
+        while let Some((mut conn, since)) = conns.pop_back() {
+            if now.duration_since(since) < IDLE_TIMEOUT && conn.is_reusable() {
+                return Some(conn);
             }
-            // Closed, expired, or (rarely) not yet ready after its last response: dropping
-            // the sender lets hyper close it.
+            // Closed, expired, or it sent something unasked: dropping it closes it.
         }
         None
     }
 
-    fn put(&self, tx: http1::SendRequest<RequestBody>) {
-        if tx.is_closed() {
+    fn put(&self, mut conn: Connection) {
+        if !conn.buf.is_empty() {
             return;
+        }
+        // A long body's read buffer is not kept by an idle connection.
+        if conn.buf.capacity() > READ_SIZE {
+            conn.buf = BytesMut::new();
         }
         let Ok(mut conns) = self.conns.lock() else {
             return;
@@ -211,21 +390,8 @@ impl Idle {
             conns.pop_front();
         }
         if conns.len() < MAX_IDLE {
-            conns.push_back((tx, now));
+            conns.push_back((conn, now));
         }
-    }
-}
-
-/// A pooled connection lent to one request: its response body hands it back
-/// ([`Lease::release`]) once read to the end; dropped otherwise, which closes it.
-pub struct Lease {
-    tx: http1::SendRequest<RequestBody>,
-    idle: Arc<Idle>,
-}
-
-impl Lease {
-    pub fn release(self) {
-        self.idle.put(self.tx);
     }
 }
 
@@ -238,11 +404,10 @@ pub struct Endpoint {
     label: Arc<str>,
     connector: Connector,
     idle: Arc<Idle>,
-    /// hyper's read buffer bound: a response head must fit in it, and body reads grow up to
-    /// it (from 8 KiB, doubling while reads fill the buffer). Twice `header_bytes` (128 KiB by
-    /// default), so a 64 KiB body plus its head is one read, not two; heads over `header_bytes`
-    /// are refused after parsing (`Proxy::send_with_retries`).
-    max_buf: usize,
+    /// A response head that has not ended within this many bytes is refused. Twice
+    /// `header_bytes` (so 128 KiB by default): heads over `header_bytes` are refused after
+    /// parsing (`retry::classify`), with the same status as one that never ends.
+    max_head: usize,
     in_flight: AtomicUsize,
     /// `Host` for requests that came without one, and for health checks.
     authority: http::HeaderValue,
@@ -267,7 +432,7 @@ impl Endpoint {
             idle: Arc::new(Idle {
                 conns: Mutex::new(VecDeque::new()),
             }),
-            max_buf: max_response_head.max(8192) * 2,
+            max_head: max_response_head.max(8192) * 2,
             in_flight: AtomicUsize::new(0),
             authority: http::HeaderValue::from_str(&authority)
                 .unwrap_or_else(|_| http::HeaderValue::from_static("localhost")),
@@ -282,12 +447,12 @@ impl Endpoint {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Sends one request in origin form on a pooled or new connection. The [`Lease`] goes with
-    /// the response body and gives the connection back when that body has been read.
+    /// Sends one request in origin form on a pooled or new connection. The response body
+    /// gives the connection back when it has been read to its end.
     pub async fn send(
         &self,
         mut req: http::Request<RequestBody>,
-    ) -> Result<(http::Response<hyper::body::Incoming>, Lease), SendError> {
+    ) -> Result<http::Response<UpstreamBody>, SendError> {
         if req.uri().scheme().is_some() || req.uri().authority().is_some() {
             *req.uri_mut() = origin_form(req.uri());
         }
@@ -303,47 +468,51 @@ impl Endpoint {
     }
 
     /// `req` on a pooled connection, or on a new one when none is ready or the pooled one
-    /// closed before the request went out.
+    /// refused the request before it went out.
     async fn dispatch(
         &self,
-        mut req: http::Request<RequestBody>,
-    ) -> Result<(http::Response<hyper::body::Incoming>, Lease), SendError> {
-        if let Some(mut tx) = self.idle.take() {
-            match tx.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, self.lease(tx))),
-                Err(mut e) => match e.take_message() {
-                    // The connection closed before the request went out: a fresh one.
-                    Some(again) => req = again,
-                    None => return Err(SendError::Http(e.into_error())),
-                },
+        req: http::Request<RequestBody>,
+    ) -> Result<http::Response<UpstreamBody>, SendError> {
+        let (parts, mut body) = req.into_parts();
+        if let Some(mut conn) = self.idle.take() {
+            let again = body.try_clone();
+            match conn.write_request(&parts, body).await {
+                Ok(()) => return self.answer(conn, &parts.method).await,
+                // Closed under us before the head went out: a fresh connection, when the
+                // body is still ours to send.
+                Err((_, false)) if again.is_some() => body = again.unwrap_or(RequestBody::empty()),
+                Err((e, _)) => return Err(SendError::Exchange(e)),
             }
         }
-        let mut tx = self.connect().await?;
-        let resp = tx.send_request(req).await.map_err(SendError::Http)?;
-        Ok((resp, self.lease(tx)))
-    }
-
-    fn lease(&self, tx: http1::SendRequest<RequestBody>) -> Lease {
-        Lease {
-            tx,
-            idle: self.idle.clone(),
-        }
-    }
-
-    /// A new connection, its hyper task spawned.
-    async fn connect(&self) -> Result<http1::SendRequest<RequestBody>, SendError> {
-        let io = self.connector.connect().await.map_err(SendError::Connect)?;
-        let (tx, conn) = http1::Builder::new()
-            .max_buf_size(self.max_buf)
-            .handshake(io)
+        let mut conn = self.connect().await?;
+        conn.write_request(&parts, body)
             .await
-            .map_err(SendError::Http)?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream connection ended");
-            }
-        });
-        Ok(tx)
+            .map_err(|(e, _)| SendError::Exchange(e))?;
+        self.answer(conn, &parts.method).await
+    }
+
+    /// Reads the response head; the body is read by whoever polls it.
+    async fn answer(
+        &self,
+        mut conn: Connection,
+        method: &http::Method,
+    ) -> Result<http::Response<UpstreamBody>, SendError> {
+        let head = conn
+            .read_head(self.max_head)
+            .await
+            .map_err(SendError::Exchange)?;
+        let framing = h1::response_framing(method, &head).map_err(SendError::Exchange)?;
+        let mut resp = http::Response::new(UpstreamBody::new(conn, framing, self.idle.clone()));
+        *resp.status_mut() = head.status;
+        *resp.version_mut() = head.version;
+        *resp.headers_mut() = head.headers;
+        Ok(resp)
+    }
+
+    /// A new connection.
+    async fn connect(&self) -> Result<Connection, SendError> {
+        let io = self.connector.connect().await.map_err(SendError::Connect)?;
+        Ok(Connection::new(io))
     }
 }
 
@@ -368,16 +537,149 @@ impl Endpoint {
         else {
             return Ok(false);
         };
-        let (resp, lease) = self.dispatch(req).await?;
+        let resp = self.dispatch(req).await?;
         let ok = resp.status().is_success() || resp.status().is_redirection();
-        // Read the body so the connection can go back to the pool.
-        if http_body_util::BodyExt::collect(resp.into_body())
-            .await
-            .is_ok()
-        {
-            lease.release();
-        }
+        // Read to its end, the body gives the connection back to the pool.
+        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
         Ok(ok)
+    }
+}
+
+/// The body of an upstream response, read from its connection as it is polled. Read to its
+/// end on a connection that may carry another request, it gives the connection back to its
+/// endpoint's pool; dropped before that, it closes the connection.
+pub struct UpstreamBody {
+    conn: Option<Connection>,
+    left: Left,
+    keep_alive: bool,
+    idle: Arc<Idle>,
+}
+
+enum Left {
+    /// Bytes still to come of a known length; 0 once the body has ended.
+    Length(u64),
+    Chunked(h1::Chunked),
+    Close,
+}
+
+impl UpstreamBody {
+    fn new(conn: Connection, framing: h1::ResponseFraming, idle: Arc<Idle>) -> Self {
+        let left = match framing.body {
+            BodyKind::Empty => Left::Length(0),
+            BodyKind::Length(n) => Left::Length(n),
+            BodyKind::Chunked => Left::Chunked(h1::Chunked::default()),
+            BodyKind::Close => Left::Close,
+        };
+        Self {
+            conn: Some(conn),
+            left,
+            keep_alive: framing.keep_alive,
+            idle,
+        }
+    }
+
+    /// The body has ended: the connection goes back to the pool if it can carry another
+    /// request.
+    fn end(&mut self) {
+        self.left = Left::Length(0);
+        if let Some(conn) = self.conn.take().filter(|_| self.keep_alive) {
+            self.idle.put(conn);
+        }
+    }
+
+    fn fail(&mut self, e: io::Error) -> Poll<Option<Result<Frame<bytes::Bytes>, BoxError>>> {
+        self.conn = None;
+        self.left = Left::Length(0);
+        Poll::Ready(Some(Err(Box::new(e))))
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        // Ended but never polled to its end (an empty body, a known length fully read).
+        if self.conn.is_some() && matches!(self.left, Left::Length(0)) {
+            self.end();
+        }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<bytes::Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let want = match &mut this.left {
+                Left::Length(0) => {
+                    this.end();
+                    return Poll::Ready(None);
+                }
+                Left::Length(left) => {
+                    if !conn.buf.is_empty() {
+                        let n = usize::try_from(*left)
+                            .map_or(conn.buf.len(), |l| l.min(conn.buf.len()));
+                        let data = conn.buf.split_to(n).freeze();
+                        *left -= n as u64;
+                        if *left == 0 {
+                            this.end();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    usize::try_from(*left)
+                        .map_or(MAX_READ_SIZE, |l| l.clamp(READ_SIZE, MAX_READ_SIZE))
+                }
+                Left::Chunked(chunks) => match chunks.decode(&mut conn.buf) {
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Decoded::End) => {
+                        this.end();
+                        return Poll::Ready(None);
+                    }
+                    Ok(Decoded::More) => READ_SIZE,
+                    Err(e) => return this.fail(e),
+                },
+                Left::Close => {
+                    if !conn.buf.is_empty() {
+                        let data = conn.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    MAX_READ_SIZE
+                }
+            };
+            match conn.poll_fill(cx, want) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) if matches!(this.left, Left::Close) => {
+                    this.keep_alive = false;
+                    this.end();
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Ok(0)) => {
+                    return this.fail(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the upstream closed the connection in the middle of the body",
+                    ))
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return this.fail(e),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.left, Left::Length(0))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.left {
+            Left::Length(n) => SizeHint::with_exact(*n),
+            Left::Chunked(_) | Left::Close => SizeHint::default(),
+        }
     }
 }
 
@@ -406,16 +708,13 @@ fn origin_form(uri: &http::Uri) -> http::Uri {
 mod tests {
     use super::*;
 
-    /// A connection over an in-memory pipe whose far end stays open and silent.
-    async fn connection() -> (http1::SendRequest<RequestBody>, tokio::io::DuplexStream) {
-        let (near, far) = tokio::io::duplex(1024);
-        let (tx, conn) = http1::handshake(TokioIo::new(near))
-            .await
-            .expect("handshake over a pipe");
-        tokio::spawn(conn);
-        (tx, far)
+    /// A pooled connection over a unix socket pair, and the pair's far end.
+    fn connection() -> (Connection, UnixStream) {
+        let (near, far) = UnixStream::pair().expect("a socket pair");
+        (Connection::new(Conn::Unix(near)), far)
     }
 
+    /// Lets the I/O driver see what happened on the sockets.
     async fn settle() {
         for _ in 0..10 {
             tokio::task::yield_now().await;
@@ -440,8 +739,8 @@ mod tests {
         let idle = Idle {
             conns: Mutex::new(VecDeque::new()),
         };
-        let (a, _far_a) = connection().await;
-        let (b, _far_b) = connection().await;
+        let (a, _far_a) = connection();
+        let (b, _far_b) = connection();
         settle().await;
         idle.put(a);
         tokio::time::advance(Duration::from_secs(1)).await;
@@ -461,15 +760,96 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_connection_the_server_closed_is_never_handed_out() {
+    async fn a_connection_the_server_closed_or_wrote_to_is_never_handed_out() {
         let idle = Idle {
             conns: Mutex::new(VecDeque::new()),
         };
-        let (a, far) = connection().await;
-        settle().await;
+        let (a, far_a) = connection();
+        let (b, far_b) = connection();
         idle.put(a);
-        drop(far);
+        idle.put(b);
+        settle().await;
+        drop(far_a);
+        far_b
+            .try_write(b"HTTP/1.1 200 OK\r\n")
+            .expect("room in the socket");
         settle().await;
         assert!(idle.take().is_none());
+    }
+
+    /// A response body over a socket pair, with the far end to write the upstream's bytes.
+    fn body(framing: BodyKind, keep_alive: bool) -> (UpstreamBody, UnixStream, Arc<Idle>) {
+        let idle = Arc::new(Idle {
+            conns: Mutex::new(VecDeque::new()),
+        });
+        let (conn, far) = connection();
+        let body = UpstreamBody::new(
+            conn,
+            h1::ResponseFraming {
+                body: framing,
+                keep_alive,
+            },
+            idle.clone(),
+        );
+        (body, far, idle)
+    }
+
+    fn pooled(idle: &Idle) -> usize {
+        idle.conns.lock().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn a_body_read_to_its_end_gives_its_connection_back() {
+        use http_body_util::BodyExt as _;
+        for (kind, wire, data) in [
+            (BodyKind::Length(5), &b"hello"[..], &b"hello"[..]),
+            (
+                BodyKind::Chunked,
+                b"2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n",
+                b"hello",
+            ),
+            (BodyKind::Empty, b"", b""),
+        ] {
+            let (b, mut far, idle) = body(kind, true);
+            far.write_all(wire).await.unwrap();
+            let got = b.collect().await.expect("a whole body").to_bytes();
+            assert_eq!(&got[..], data);
+            assert_eq!(pooled(&idle), 1, "{:?}", String::from_utf8_lossy(wire));
+        }
+        // Not when the upstream said close, nor for a body delimited by the close.
+        let (b, mut far, idle) = body(BodyKind::Length(2), false);
+        far.write_all(b"ok").await.unwrap();
+        assert_eq!(&b.collect().await.unwrap().to_bytes()[..], b"ok");
+        assert_eq!(pooled(&idle), 0);
+        let (b, mut far, idle) = body(BodyKind::Close, false);
+        far.write_all(b"until the end").await.unwrap();
+        drop(far);
+        assert_eq!(&b.collect().await.unwrap().to_bytes()[..], b"until the end");
+        assert_eq!(pooled(&idle), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_an_error_and_closes_its_connection() {
+        use http_body_util::BodyExt as _;
+        for (kind, wire) in [
+            (BodyKind::Length(10), &b"short"[..]),
+            (BodyKind::Chunked, b"5\r\nhel"),
+            (BodyKind::Chunked, b"5\r\nhello\r\nzz\r\n"),
+        ] {
+            let (b, mut far, idle) = body(kind, true);
+            far.write_all(wire).await.unwrap();
+            drop(far);
+            assert!(
+                b.collect().await.is_err(),
+                "{:?}",
+                String::from_utf8_lossy(wire)
+            );
+            assert_eq!(pooled(&idle), 0);
+        }
+        // Dropped before its end: closed, not pooled.
+        let (b, mut far, idle) = body(BodyKind::Length(10), true);
+        far.write_all(b"part").await.unwrap();
+        drop(b);
+        assert_eq!(pooled(&idle), 0);
     }
 }
