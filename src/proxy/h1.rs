@@ -177,7 +177,7 @@ pub(crate) fn response_framing(
         .headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
-        .last()
+        .next_back()
     {
         // Both fields: Transfer-Encoding wins (§6.3 item 3), and a message framed two ways is
         // not one to read another message after.
@@ -378,8 +378,8 @@ mod tests {
         parse_head(&mut BytesMut::from(raw))
     }
 
-    fn framing(method: Method, raw: &str) -> io::Result<ResponseFraming> {
-        response_framing(&method, &head(raw))
+    fn framing(method: &Method, raw: &str) -> io::Result<ResponseFraming> {
+        response_framing(method, &head(raw))
     }
 
     #[test]
@@ -530,7 +530,7 @@ mod tests {
         ];
         for (method, raw, body, keep_alive) in cases {
             assert_eq!(
-                framing(method, raw).expect(raw),
+                framing(&method, raw).expect(raw),
                 ResponseFraming { body, keep_alive },
                 "{raw}"
             );
@@ -543,7 +543,7 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
         ] {
-            assert!(framing(Method::GET, raw).is_err(), "{raw}");
+            assert!(framing(&Method::GET, raw).is_err(), "{raw}");
         }
     }
 

@@ -127,12 +127,13 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    fn new(io: Conn) -> Self {
-        Self {
+    /// Boxed: it moves with its request and its response body, and stays where it is.
+    fn new(io: Conn) -> Box<Self> {
+        Box::new(Self {
             io,
             buf: BytesMut::new(),
             out: Vec::new(),
-        }
+        })
     }
 
     /// True when the connection can carry a request: nothing unread, and the upstream has
@@ -353,13 +354,13 @@ impl SendError {
 
 /// The idle connections of one endpoint.
 struct Idle {
-    conns: Mutex<VecDeque<(Connection, Instant)>>,
+    conns: Mutex<VecDeque<(Box<Connection>, Instant)>>,
 }
 
 impl Idle {
     /// The most recently used connection that can carry a request; closed and expired ones
     /// are dropped on the way.
-    fn take(&self) -> Option<Connection> {
+    fn take(&self) -> Option<Box<Connection>> {
         let mut conns = self.conns.lock().ok()?;
         let now = Instant::now();
         while let Some((mut conn, since)) = conns.pop_back() {
@@ -371,7 +372,7 @@ impl Idle {
         None
     }
 
-    fn put(&self, mut conn: Connection) {
+    fn put(&self, mut conn: Box<Connection>) {
         if !conn.buf.is_empty() {
             return;
         }
@@ -494,7 +495,7 @@ impl Endpoint {
     /// Reads the response head; the body is read by whoever polls it.
     async fn answer(
         &self,
-        mut conn: Connection,
+        mut conn: Box<Connection>,
         method: &http::Method,
     ) -> Result<http::Response<UpstreamBody>, SendError> {
         let head = conn
@@ -502,7 +503,7 @@ impl Endpoint {
             .await
             .map_err(SendError::Exchange)?;
         let framing = h1::response_framing(method, &head).map_err(SendError::Exchange)?;
-        let mut resp = http::Response::new(UpstreamBody::new(conn, framing, self.idle.clone()));
+        let mut resp = http::Response::new(UpstreamBody::new(conn, &framing, self.idle.clone()));
         *resp.status_mut() = head.status;
         *resp.version_mut() = head.version;
         *resp.headers_mut() = head.headers;
@@ -510,7 +511,7 @@ impl Endpoint {
     }
 
     /// A new connection.
-    async fn connect(&self) -> Result<Connection, SendError> {
+    async fn connect(&self) -> Result<Box<Connection>, SendError> {
         let io = self.connector.connect().await.map_err(SendError::Connect)?;
         Ok(Connection::new(io))
     }
@@ -549,7 +550,7 @@ impl Endpoint {
 /// end on a connection that may carry another request, it gives the connection back to its
 /// endpoint's pool; dropped before that, it closes the connection.
 pub struct UpstreamBody {
-    conn: Option<Connection>,
+    conn: Option<Box<Connection>>,
     left: Left,
     keep_alive: bool,
     idle: Arc<Idle>,
@@ -563,7 +564,7 @@ enum Left {
 }
 
 impl UpstreamBody {
-    fn new(conn: Connection, framing: h1::ResponseFraming, idle: Arc<Idle>) -> Self {
+    fn new(conn: Box<Connection>, framing: &h1::ResponseFraming, idle: Arc<Idle>) -> Self {
         let left = match framing.body {
             BodyKind::Empty => Left::Length(0),
             BodyKind::Length(n) => Left::Length(n),
@@ -709,7 +710,7 @@ mod tests {
     use super::*;
 
     /// A pooled connection over a unix socket pair, and the pair's far end.
-    fn connection() -> (Connection, UnixStream) {
+    fn connection() -> (Box<Connection>, UnixStream) {
         let (near, far) = UnixStream::pair().expect("a socket pair");
         (Connection::new(Conn::Unix(near)), far)
     }
@@ -785,7 +786,7 @@ mod tests {
         let (conn, far) = connection();
         let body = UpstreamBody::new(
             conn,
-            h1::ResponseFraming {
+            &h1::ResponseFraming {
                 body: framing,
                 keep_alive,
             },
