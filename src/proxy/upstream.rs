@@ -475,6 +475,12 @@ impl Endpoint {
         req: http::Request<RequestBody>,
     ) -> Result<http::Response<UpstreamBody>, SendError> {
         let (parts, mut body) = req.into_parts();
+        // Let the other requests that arrived with this one reach this point first, so that
+        // their writes to the upstream go out together: an upstream on another core is then
+        // woken once for all of them rather than once each. Measured (BENCHMARKS.md "Our own
+        // upstream client"): without it, 25.4-27.4 CPU µs per keep-alive request; with it,
+        // 23.1-25.9, as with hyper's client, whose connection task gave the same batching.
+        tokio::task::yield_now().await;
         if let Some(mut conn) = self.idle.take() {
             let again = body.try_clone();
             match conn.write_request(&parts, body).await {
