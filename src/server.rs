@@ -302,6 +302,9 @@ impl Server {
         // Last: what start-up ran is in the executable's resident pages, most of it never to
         // run again; the request path faults back what it uses.
         crate::trim::executable_pages();
+        tasks.add(&tokio::spawn(crate::trim::when_idle(
+            config.limits.idle_trim,
+        )));
         Ok(Self {
             metrics,
             readiness,

@@ -17,8 +17,19 @@
 //! cache has not written it back yet (a binary copied or linked less than ~30 s before it ran
 //! shows its text as `Private_Dirty`, with `Anonymous: 0`); that page is shared with the cache
 //! and a later fault maps the same page again, so it does not keep a mapping from being advised.
+//!
+//! Serving brings pages back: the request path's code, and heap that glibc keeps for reuse once
+//! the connections that used it have closed. [`when_idle`] gives both back again once no request
+//! has been served for `limits.idle_trim` (5 s by default): the executable's pages as at start-up,
+//! and the heap's free pages with `malloc_trim(3)`. A sidecar on every node spends most of its
+//! life idle; what it holds then is what the node pays. The first request after a trim faults its
+//! code back in (minor faults from the page cache; BENCHMARKS.md "Idle memory" has the cost).
 
 use std::io::{self, BufRead, BufReader};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// Where the mappings are read from, and the executable's path in them.
 const SMAPS: &str = "/proc/self/smaps";
@@ -75,6 +86,104 @@ pub(crate) fn executable_pages() {
             "start-up's executable pages stay resident"
         ),
     }
+}
+
+/// Requests served since start, on every listener and the admin endpoint: the idle trim's signal.
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// Set while [`when_idle`] sleeps after a trim, until the next request wakes it through [`WAKE`]:
+/// an idle process has no timer of ours to run (each would fault code back in).
+static ASLEEP: AtomicBool = AtomicBool::new(false);
+static WAKE: Notify = Notify::const_new();
+
+/// Counts one request: a relaxed increment and a relaxed load on the request path.
+pub(crate) fn note_request() {
+    SERVED.fetch_add(1, Ordering::Relaxed);
+    if ASLEEP.load(Ordering::Relaxed) && ASLEEP.swap(false, Ordering::AcqRel) {
+        WAKE.notify_one();
+    }
+}
+
+/// Gives back what serving took each time the server has been quiet for `after`: no request
+/// served in that time since the last one (checked every fifth of `after`, so the trim comes
+/// between `after` and 1.4 × `after` after the last request). Then it sleeps until the next
+/// request. Runs for the life of the server; `after` zero: never.
+pub(crate) async fn when_idle(after: Duration) {
+    if after.is_zero() {
+        return;
+    }
+    let mut tick = tokio::time::interval((after / 5).max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Start-up has trimmed already.
+    let mut quiet = Quiet::new(SERVED.load(Ordering::Relaxed), Instant::now(), after);
+    loop {
+        tick.tick().await;
+        if !quiet.trim_now(SERVED.load(Ordering::Relaxed), Instant::now()) {
+            continue;
+        }
+        tracing::debug!("idle: giving back memory");
+        ASLEEP.store(true, Ordering::Release);
+        let released = heap_pages();
+        // Last: the code that runs after it is faulted back in.
+        let pages = trim();
+        if !released || pages.is_err() {
+            tracing::debug!(malloc_trim_released = released, pages = ?pages, "idle trim");
+        }
+        // A request between the store and here leaves a permit: no wake-up is lost.
+        WAKE.notified().await;
+        tick.reset();
+    }
+}
+
+/// When to trim: once per quiet spell of `after`, never twice without a request in between.
+#[derive(Debug)]
+struct Quiet {
+    after: Duration,
+    /// The request count last seen, and since when it has not moved.
+    seen: u64,
+    since: Instant,
+    trimmed: bool,
+}
+
+impl Quiet {
+    fn new(served: u64, now: Instant, after: Duration) -> Self {
+        Self {
+            after,
+            seen: served,
+            since: now,
+            trimmed: true,
+        }
+    }
+
+    fn trim_now(&mut self, served: u64, now: Instant) -> bool {
+        if served != self.seen {
+            self.seen = served;
+            self.since = now;
+            self.trimmed = false;
+            return false;
+        }
+        if self.trimmed || now.duration_since(self.since) < self.after {
+            return false;
+        }
+        self.trimmed = true;
+        true
+    }
+}
+
+/// Returns the free pages of glibc's heaps to the kernel (`malloc_trim(3)`); true when some
+/// memory was released. Elsewhere than glibc: nothing to do.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn heap_pages() -> bool {
+    // SAFETY: malloc_trim takes a size to keep at the top of the heap and only releases memory
+    // that glibc's allocator holds free; no memory the program uses is touched, and it takes
+    // the allocator's locks like any malloc call.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_pages() -> bool {
+    false
 }
 
 fn trim() -> Result<Trimmed, TrimError> {
@@ -185,7 +294,7 @@ fn header_path(line: &str) -> Option<&str> {
 }
 
 /// `madvise(MADV_DONTNEED)` over one mapping that [`droppable`] chose. The second of the
-/// crate's two unsafe functions (the other sets a bcrypt thread's scheduling policy).
+/// crate's three unsafe functions (the other sets a bcrypt thread's scheduling policy).
 #[allow(unsafe_code)]
 fn dont_need(r: &Region) -> io::Result<()> {
     // SAFETY: madvise reads and writes no memory of ours; it changes what backs the range
@@ -212,6 +321,32 @@ fn dont_need(r: &Region) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::Quiet;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    #[test]
+    fn trims_once_per_quiet_spell_and_only_after_a_request() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut q = Quiet::new(7, t0, s(5));
+        // Just started (start-up trimmed): nothing served since, nothing to give back.
+        assert!(!q.trim_now(7, t0 + s(60)));
+        // Requests at 61 s; quiet from then on.
+        assert!(!q.trim_now(9, t0 + s(61)));
+        assert!(!q.trim_now(9, t0 + s(65)), "4 s of quiet is not 5");
+        assert!(q.trim_now(9, t0 + s(66)), "5 s of quiet");
+        assert!(!q.trim_now(9, t0 + s(200)), "once per quiet spell");
+        // A request resets the spell.
+        assert!(!q.trim_now(10, t0 + s(201)));
+        assert!(
+            !q.trim_now(11, t0 + s(205)),
+            "another request: the spell starts again"
+        );
+        assert!(!q.trim_now(11, t0 + s(209)));
+        assert!(q.trim_now(11, t0 + s(210)));
+    }
+
     use super::{droppable, header_path, Region};
 
     const EXE: &str = "/usr/local/bin/ironic proxy";

@@ -90,6 +90,7 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Metrics, readiness: Ar
         let readiness = readiness.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                crate::trim::note_request();
                 let resp = route(&req, &metrics, &readiness);
                 async move { Ok::<_, Infallible>(resp) }
             });

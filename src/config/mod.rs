@@ -97,6 +97,8 @@ pub struct Limits {
     pub upstream_timeout: Duration,
     pub max_body_bytes: u64,
     pub drain_timeout: Duration,
+    /// After this long without a request, memory that serving took is given back (`0s`: never).
+    pub idle_trim: Duration,
 }
 
 impl Default for Limits {
@@ -110,6 +112,7 @@ impl Default for Limits {
             upstream_timeout: Duration::from_secs(120),
             max_body_bytes: 104_857_600,
             drain_timeout: Duration::from_secs(30),
+            idle_trim: Duration::from_secs(5),
         }
     }
 }
@@ -239,6 +242,7 @@ impl Config {
                 l.drain_timeout.as_ref(),
                 d.drain_timeout,
             ),
+            idle_trim: f.dur("limits.idle_trim", l.idle_trim.as_ref(), d.idle_trim),
         });
         if limits.max_connections == 0 {
             f.push("limits.max_connections", msg("must be at least 1"));

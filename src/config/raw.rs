@@ -59,6 +59,7 @@ pub(super) struct RawLimits {
     pub upstream_timeout: Option<String>,
     pub max_body_bytes: Option<u64>,
     pub drain_timeout: Option<String>,
+    pub idle_trim: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

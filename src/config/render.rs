@@ -88,7 +88,7 @@ impl Config {
             o,
             "[limits]\nmax_connections = {}\nheader_bytes = {}\nrequest_head_timeout = {}\n\
              body_timeout = {}\nidle_timeout = {}\nupstream_timeout = {}\nmax_body_bytes = {}\n\
-             drain_timeout = {}\n",
+             drain_timeout = {}\nidle_trim = {}  # 0s: never\n",
             l.max_connections,
             l.header_bytes,
             d(l.request_head_timeout),
@@ -96,7 +96,8 @@ impl Config {
             d(l.idle_timeout),
             d(l.upstream_timeout),
             l.max_body_bytes,
-            d(l.drain_timeout)
+            d(l.drain_timeout),
+            d(l.idle_trim)
         );
         let _ = writeln!(o, "{}", self.tls.render());
         for lc in &self.listeners {

@@ -37,6 +37,7 @@ fn limits() -> Limits {
         upstream_timeout: Duration::from_secs(30),
         max_body_bytes: 1024 * 1024,
         drain_timeout: Duration::from_secs(1),
+        idle_trim: Duration::ZERO,
     }
 }
 
