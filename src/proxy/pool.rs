@@ -389,7 +389,8 @@ async fn follow(
     }
 }
 
-/// Publishes endpoint counts by state every second.
+/// Publishes endpoint counts by state every second, and closes the idle upstream connections
+/// that have expired (without it they would wait for the endpoint's next request).
 async fn report(pool: std::sync::Weak<Pool>, metrics: Metrics) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut shown: Vec<EndpointHealthLabels> = Vec::new();
@@ -401,8 +402,11 @@ async fn report(pool: std::sync::Weak<Pool>, metrics: Metrics) {
             }
             return;
         };
-        // Per endpoint: 1 healthy, 0 not; series of endpoints that left the set are removed.
         let peers = p.peers.load();
+        for m in p.local.iter().chain(peers.iter()) {
+            m.endpoint.close_expired();
+        }
+        // Per endpoint: 1 healthy, 0 not; series of endpoints that left the set are removed.
         let now: Vec<(EndpointHealthLabels, bool)> = p
             .local
             .iter()

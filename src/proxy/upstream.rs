@@ -372,6 +372,13 @@ impl Idle {
         None
     }
 
+    /// Drops the connections idle for [`IDLE_TIMEOUT`] or longer (the oldest are first).
+    fn close_expired(&self) {
+        if let Ok(mut conns) = self.conns.lock() {
+            expire(&mut conns, Instant::now());
+        }
+    }
+
     fn put(&self, mut conn: Box<Connection>) {
         if !conn.buf.is_empty() {
             return;
@@ -384,15 +391,20 @@ impl Idle {
             return;
         };
         let now = Instant::now();
-        while conns
-            .front()
-            .is_some_and(|(_, since)| now.duration_since(*since) >= IDLE_TIMEOUT)
-        {
-            conns.pop_front();
-        }
+        expire(&mut conns, now);
         if conns.len() < MAX_IDLE {
             conns.push_back((conn, now));
         }
+    }
+}
+
+/// Drops the connections of `conns` (oldest first) idle for [`IDLE_TIMEOUT`] or longer.
+fn expire(conns: &mut VecDeque<(Box<Connection>, Instant)>, now: Instant) {
+    while conns
+        .front()
+        .is_some_and(|(_, since)| now.duration_since(*since) >= IDLE_TIMEOUT)
+    {
+        conns.pop_front();
     }
 }
 
@@ -442,6 +454,11 @@ impl Endpoint {
 
     pub fn label(&self) -> &Arc<str> {
         &self.label
+    }
+
+    /// Closes the pooled connections that have been idle too long to be used again.
+    pub fn close_expired(&self) {
+        self.idle.close_expired();
     }
 
     pub fn in_flight(&self) -> usize {
@@ -763,6 +780,31 @@ mod tests {
         assert!(
             idle.take().is_none(),
             "the other one expired and was dropped"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_idle_connections_are_closed_without_waiting_for_a_request() {
+        let idle = Idle {
+            conns: Mutex::new(VecDeque::new()),
+        };
+        let (a, mut far_a) = connection();
+        let (b, _far_b) = connection();
+        idle.put(a);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        idle.put(b);
+        tokio::time::advance(IDLE_TIMEOUT - Duration::from_secs(1)).await;
+        idle.close_expired();
+        assert_eq!(
+            idle.conns.lock().unwrap().len(),
+            1,
+            "the older one is closed"
+        );
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            far_a.read(&mut byte).await.unwrap(),
+            0,
+            "its upstream sees the close"
         );
     }
 
