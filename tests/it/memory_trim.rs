@@ -93,6 +93,21 @@ fn once_ready_the_text_is_mostly_given_back_and_requests_still_work() {
     );
 }
 
+/// The proxy `builder` describes, started with `RUST_LOG=rust_log` and ready.
+fn start_logging(builder: &support::ProxyBuilder, rust_log: &str) -> support::Proxy {
+    support::proxy::start_ready(Duration::from_secs(10), || {
+        let (config, admin, ports) = builder.write_config();
+        support::Proxy::spawn_env(
+            &config,
+            admin,
+            ports,
+            false,
+            None,
+            &[("RUST_LOG", rust_log)],
+        )
+    })
+}
+
 /// `RUST_LOG` decides alone which levels are written: with `ironic_proxy=debug` the trim's debug
 /// line appears, with `info` it does not (a level cap inside the log set-up once hid every
 /// debug line whatever `RUST_LOG` said).
@@ -103,17 +118,7 @@ fn rust_log_debug_turns_debug_lines_on() {
     let builder = sb.proxy_to(&up, &[("api", Tls::Server)]);
     let line = "executable pages advised away";
     for (rust_log, shown) in [("info,ironic_proxy=debug", true), ("info", false)] {
-        let proxy = support::proxy::start_ready(Duration::from_secs(10), || {
-            let (config, admin, ports) = builder.write_config();
-            support::Proxy::spawn_env(
-                &config,
-                admin,
-                ports,
-                false,
-                None,
-                &[("RUST_LOG", rust_log)],
-            )
-        });
+        let proxy = start_logging(&builder, rust_log);
         let ready = proxy.wait_log(Duration::from_secs(10), |l| {
             l.trim_end().ends_with(" ready")
         });
@@ -153,17 +158,7 @@ fn after_a_quiet_spell_serving_memory_is_given_back_and_requests_still_work() {
     let builder = sb
         .proxy_to(&up, &[("api", Tls::Server)])
         .limit_dur("idle_trim", "300ms");
-    let proxy = support::proxy::start_ready(Duration::from_secs(10), || {
-        let (config, admin, ports) = builder.write_config();
-        support::Proxy::spawn_env(
-            &config,
-            admin,
-            ports,
-            false,
-            None,
-            &[("RUST_LOG", "info,ironic_proxy::trim=debug")],
-        )
-    });
+    let proxy = start_logging(&builder, "info,ironic_proxy::trim=debug");
     let trims = |p: &support::Proxy| {
         p.logs()
             .iter()
