@@ -121,14 +121,17 @@ pub(crate) async fn when_idle(after: Duration) {
         if !quiet.trim_now(SERVED.load(Ordering::Relaxed), Instant::now()) {
             continue;
         }
-        tracing::debug!("idle: giving back memory");
         ASLEEP.store(true, Ordering::Release);
         let released = heap_pages();
-        // Last: the code that runs after it is faulted back in.
+        // Last but for the line below: what runs after it is faulted back in (a disabled debug
+        // line touches next to nothing).
         let pages = trim();
-        if !released || pages.is_err() {
-            tracing::debug!(malloc_trim_released = released, pages = ?pages, "idle trim");
-        }
+        tracing::debug!(
+            malloc_trim_released = released,
+            resident_bytes = pages.as_ref().map_or(0, |t| t.resident),
+            error = pages.as_ref().err().map(|e| crate::error::chain(e)),
+            "idle: memory given back"
+        );
         // A request between the store and here leaves a permit: no wake-up is lost.
         WAKE.notified().await;
         tick.reset();

@@ -162,7 +162,7 @@ fn after_a_quiet_spell_serving_memory_is_given_back_and_requests_still_work() {
     let trims = |p: &support::Proxy| {
         p.logs()
             .iter()
-            .filter(|l| l.contains("idle: giving back memory"))
+            .filter(|l| l.contains("idle: memory given back"))
             .count()
     };
     assert_eq!(trims(&proxy), 0, "nothing served yet: {:#?}", proxy.logs());
@@ -179,7 +179,7 @@ fn after_a_quiet_spell_serving_memory_is_given_back_and_requests_still_work() {
     drop(conns);
 
     let trimmed = proxy.wait_log(Duration::from_secs(10), |l| {
-        l.contains("idle: giving back memory")
+        l.contains("idle: memory given back")
     });
     assert!(trimmed.is_some(), "no idle trim: {:#?}", proxy.logs());
     let (anon_idle, text_idle) = anon_and_text_kib(proxy.pid());
