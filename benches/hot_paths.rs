@@ -37,8 +37,9 @@ fn rewrite(c: &mut Criterion) {
         "Hash=4f2a...;Subject=\"CN=conductor-0.ironic.metal3.svc\";DNS=conductor-0.ironic.metal3.svc",
     );
     let host = HeaderValue::from_static("10.0.0.5:6189");
+    let client = headers::ip_value("10.0.0.7".parse().expect("address"));
     let fwd = Forwarded {
-        client_ip: Some("10.0.0.7".parse().expect("address")),
+        client_ip: client.as_ref(),
         proto: "https",
         host: Some(&host),
         xfcc: Some(&xfcc),

@@ -81,12 +81,10 @@ fn through_proxy(c: &mut Criterion) {
             ));
             let proxy =
                 Arc::new(Proxy::new("json-rpc", pool, Limits::default(), metrics).with_jsonrpc(on));
-            let info = Arc::new(ConnInfo {
-                peer: Some("10.0.0.7:40000".parse().expect("address")),
-                allowed: true,
-                tls: true,
-                ..ConnInfo::default()
-            });
+            let info = Arc::new(ConnInfo::new(
+                Some("10.0.0.7:40000".parse().expect("address")),
+                true,
+            ));
             let (client_io, server_io) = tokio::io::duplex(64 * 1024);
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {

@@ -57,11 +57,9 @@ fn one_request(c: &mut Criterion) {
             ..ClientIdentity::default()
         };
         let info = Arc::new(ConnInfo {
-            peer: Some("10.0.0.7:40000".parse().expect("address")),
             xfcc: http::HeaderValue::from_str(&identity.xfcc()).ok(),
             identity: Some(Arc::new(identity)),
-            allowed: true,
-            tls: true,
+            ..ConnInfo::new(Some("10.0.0.7:40000".parse().expect("address")), true)
         });
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
         tokio::spawn(async move {

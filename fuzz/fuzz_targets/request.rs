@@ -312,11 +312,8 @@ fuzz_target!(|data: &[u8]| {
     let routed = mode & 8 != 0;
     let xfcc = mutual.then_some(OUR_XFCC);
     let info = ConnInfo {
-        peer: Some(([127, 0, 0, 1], 40000).into()),
-        identity: None,
-        allowed: true,
         xfcc: xfcc.map(http::HeaderValue::from_static),
-        tls: mutual,
+        ..ConnInfo::new(Some(([127, 0, 0, 1], 40000).into()), mutual)
     };
     *h.upstream
         .lock()

@@ -240,11 +240,7 @@ impl Listener {
         );
         let head_deadline = accepted + self.limits.request_head_timeout;
         let Some(tls) = self.tls.as_ref().filter(|_| tls) else {
-            let info = ConnInfo {
-                peer,
-                allowed: true,
-                ..ConnInfo::default()
-            };
+            let info = ConnInfo::new(peer, false);
             return Self::serve(self.site(), io, false, info, clock, shutdown).await;
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.load());
@@ -281,12 +277,7 @@ impl Listener {
     {
         let (_, session) = stream.get_ref();
         let h2 = session.alpn_protocol() == Some(b"h2");
-        let mut info = ConnInfo {
-            peer,
-            allowed: true,
-            tls: true,
-            ..ConnInfo::default()
-        };
+        let mut info = ConnInfo::new(peer, true);
         if self.cfg.tls == TlsMode::Mutual {
             let id = session
                 .peer_certificates()

@@ -15,6 +15,7 @@
 //! size over 64 bits, a chunk line or trailer section over its bound are errors (the request
 //! gets 502), never a panic and never a guess.
 
+use super::headers;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
@@ -126,7 +127,8 @@ pub(crate) fn parse_head(buf: &mut BytesMut) -> io::Result<Option<ResponseHead>>
         _ => Version::HTTP_11,
     };
     let raw = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(fields.len());
+    // Room for the `Via` the proxy appends, so that appending it does not grow the map.
+    let mut headers = HeaderMap::with_capacity(fields.len() + 1);
     for (n0, n1, v0, v1) in fields {
         let name = HeaderName::from_bytes(&raw[n0..n1])
             .map_err(|_| invalid("invalid response header name"))?;
@@ -196,34 +198,17 @@ pub(crate) fn response_framing(
             BodyKind::Close
         }
     } else if head.headers.contains_key(header::CONTENT_LENGTH) {
-        match content_length(&head.headers)? {
-            0 => BodyKind::Empty,
-            n => BodyKind::Length(n),
+        match headers::agreed_length(head.headers.get_all(header::CONTENT_LENGTH)) {
+            Ok(Some(0)) => BodyKind::Empty,
+            Ok(Some(n)) => BodyKind::Length(n),
+            Ok(None) => return Err(invalid("invalid Content-Length")),
+            Err(why) => return Err(invalid(why)),
         }
     } else {
         keep_alive = false;
         BodyKind::Close
     };
     Ok(ResponseFraming { body, keep_alive })
-}
-
-/// Every `Content-Length` value and list element must be the same number.
-fn content_length(headers: &HeaderMap) -> io::Result<u64> {
-    let mut found: Option<u64> = None;
-    for v in headers.get_all(header::CONTENT_LENGTH) {
-        for part in v.as_bytes().split(|b| *b == b',') {
-            let part = part.trim_ascii();
-            if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
-                return Err(invalid("invalid Content-Length in the response"));
-            }
-            let n = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-            if found.is_some_and(|f| f != n) {
-                return Err(invalid("conflicting Content-Length in the response"));
-            }
-            found = Some(n);
-        }
-    }
-    found.ok_or_else(|| invalid("invalid Content-Length in the response"))
 }
 
 /// HTTP/1.1 keeps the connection unless `Connection: close`; HTTP/1.0 only with `keep-alive`.

@@ -105,26 +105,34 @@ fn valid_host(v: &[u8]) -> bool {
 }
 
 fn content_length(values: &[&HeaderValue]) -> Result<Option<u64>, &'static str> {
+    let found = agreed_length(values.iter().copied())?;
+    if values.len() > 1 || values.first().is_some_and(|v| v.as_bytes().contains(&b',')) {
+        // Identical repeats are legal (RFC 9110 §8.6) but a smuggling tell; be strict.
+        return Err("repeated Content-Length");
+    }
+    Ok(found)
+}
+
+/// The one length that every `Content-Length` value and list element names (`None` without
+/// any): an error for an element that is not a decimal number or for numbers that differ.
+/// Requests are held stricter than this (no repeats); responses may repeat one value.
+pub(crate) fn agreed_length<'a>(
+    values: impl IntoIterator<Item = &'a HeaderValue>,
+) -> Result<Option<u64>, &'static str> {
     let mut found: Option<u64> = None;
     for v in values {
         for part in v.as_bytes().split(|b| *b == b',') {
             let part = part.trim_ascii();
+            // 19 digits always fit in a u64.
             if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
                 return Err("invalid Content-Length");
             }
-            let n: u64 = std::str::from_utf8(part)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or("invalid Content-Length")?;
+            let n = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
             match found {
                 Some(prev) if prev != n => return Err("conflicting Content-Length"),
                 _ => found = Some(n),
             }
         }
-    }
-    if values.len() > 1 || values.first().is_some_and(|v| v.as_bytes().contains(&b',')) {
-        // Identical repeats are legal (RFC 9110 §8.6) but a smuggling tell; be strict.
-        return Err("repeated Content-Length");
     }
     Ok(found)
 }
@@ -180,7 +188,8 @@ fn strip(headers: &mut HeaderMap, underscores: bool) {
 
 /// What the proxy knows about the client, for the forwarded headers.
 pub struct Forwarded<'a> {
-    pub client_ip: Option<std::net::IpAddr>,
+    /// The client's address as a header value ([`ip_value`]), formatted once per connection.
+    pub client_ip: Option<&'a HeaderValue>,
     pub proto: &'static str,
     /// The request's `Host` (or HTTP/2 authority), for `X-Forwarded-Host`.
     pub host: Option<&'a HeaderValue>,
@@ -205,9 +214,10 @@ pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
     if let Some(ip) = fwd.client_ip {
         let joined = match headers.get(XFF).and_then(|v| v.to_str().ok()) {
             Some(prev) if !prev.trim().is_empty() => {
+                let ip = ip.to_str().unwrap_or_default();
                 HeaderValue::from_str(&format!("{prev}, {ip}")).ok()
             }
-            _ => ip_value(ip),
+            _ => Some(ip.clone()),
         };
         if let Some(v) = joined {
             headers.insert(XFF, v);
@@ -229,7 +239,7 @@ pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
 
 /// An address as a header value, formatted on the stack: the value's copy is the only
 /// allocation.
-fn ip_value(ip: std::net::IpAddr) -> Option<HeaderValue> {
+pub fn ip_value(ip: std::net::IpAddr) -> Option<HeaderValue> {
     use std::io::Write as _;
     // The longest textual IPv6 address is 45 bytes.
     let mut buf = [0u8; 48];

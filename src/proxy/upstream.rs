@@ -161,17 +161,14 @@ impl Connection {
         read.poll(cx)
     }
 
-    async fn fill(&mut self) -> io::Result<usize> {
-        std::future::poll_fn(|cx| self.poll_fill(cx, READ_SIZE)).await
-    }
-
-    /// Writes the request: head, then body, framed as `framing` says. `Err(_, false)`: the
-    /// head could not be written, so nothing of the request reached the upstream.
+    /// Writes the request's head, and its body when it is in memory; a streamed body comes
+    /// back as a [`BodyWriter`], sent while the response is awaited. `Err(_, false)`: the head
+    /// could not be written, so nothing of the request reached the upstream.
     async fn write_request(
         &mut self,
         parts: &http::request::Parts,
         body: RequestBody,
-    ) -> Result<(), (io::Error, bool)> {
+    ) -> Result<Option<Box<BodyWriter>>, (io::Error, bool)> {
         let framing = request_framing(parts, &body);
         self.out.clear();
         h1::write_head(
@@ -191,96 +188,168 @@ impl Connection {
                 self.write_head().await?;
                 self.io.write_all(&b).await.map_err(|e| (e, true))?;
             }
-            mut stream @ RequestBody::Stream(..) => {
+            stream @ RequestBody::Stream(..) => {
                 self.write_head().await?;
-                let declared = declared_length(parts);
-                self.write_stream(&mut stream, framing, declared)
-                    .await
-                    .map_err(|e| (e, true))?;
+                return Ok(Some(Box::new(BodyWriter {
+                    body: stream,
+                    chunked: framing == RequestFraming::Chunked,
+                    declared: declared_length(parts),
+                    sent: 0,
+                    queue: VecDeque::new(),
+                    ended: false,
+                })));
             }
         }
-        self.io.flush().await.map_err(|e| (e, true))
+        self.io.flush().await.map_err(|e| (e, true))?;
+        Ok(None)
     }
 
     async fn write_head(&mut self) -> Result<(), (io::Error, bool)> {
         self.io.write_all(&self.out).await.map_err(|e| (e, false))
     }
 
-    /// A streamed body: raw up to its declared length, or chunk-encoded.
-    async fn write_stream(
+    /// Reads the response head, skipping interim (1xx) responses other than 101, while
+    /// `sending` (a streamed request body) goes out: an upstream may answer before it has read
+    /// the whole body (a refused upload) and stop reading. `sending` is `None` on return when
+    /// the body was all sent, or when the upstream stopped taking it and answered anyway: then
+    /// the flag that comes with the head is false, and the connection must not carry another
+    /// request.
+    async fn read_head(
         &mut self,
-        body: &mut RequestBody,
-        framing: RequestFraming,
-        declared: Option<u64>,
-    ) -> io::Result<()> {
-        let mut sent: u64 = 0;
-        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
-        {
-            let frame = frame.map_err(|e| io::Error::other(BodyError(e)))?;
+        max: usize,
+        sending: &mut Option<Box<BodyWriter>>,
+    ) -> io::Result<(h1::ResponseHead, bool)> {
+        // Why the body could not be sent: the better explanation when no answer comes either.
+        let mut refused: Option<io::Error> = None;
+        std::future::poll_fn(|cx| loop {
+            if let Some(writer) = sending.as_mut() {
+                match writer.poll_send(&mut self.io, cx) {
+                    Poll::Ready(Ok(())) => *sending = None,
+                    // The client's fault: nothing to wait for.
+                    Poll::Ready(Err(e)) if failed_on_our_side(&e) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Err(e)) => {
+                        refused = Some(e);
+                        *sending = None;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            // Right after the request the buffer is empty: no parse of nothing.
+            if !self.buf.is_empty() {
+                if let Some(head) = h1::parse_head(&mut self.buf)? {
+                    if head.status.is_informational()
+                        && head.status != http::StatusCode::SWITCHING_PROTOCOLS
+                    {
+                        continue;
+                    }
+                    return Poll::Ready(Ok((head, refused.is_none())));
+                }
+            }
+            if self.buf.len() >= max {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "response head too large",
+                )));
+            }
+            let unanswered = match self.poll_fill(cx, READ_SIZE) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the upstream closed the connection before answering",
+                ),
+                Poll::Ready(Ok(_)) => continue,
+                Poll::Ready(Err(e)) => e,
+            };
+            return Poll::Ready(Err(refused.take().unwrap_or(unanswered)));
+        })
+        .await
+    }
+}
+
+/// A streamed request body on its way to the upstream, written as the exchange is polled:
+/// while the response head is awaited, and then while the response body is read when the
+/// upstream answered first. Written to its end before the response is read, a body the
+/// upstream stopped reading would hold the answer back until `upstream_timeout`.
+struct BodyWriter {
+    body: RequestBody,
+    chunked: bool,
+    /// The request's `Content-Length`, which the body must match.
+    declared: Option<u64>,
+    sent: u64,
+    /// Taken from the body (with chunk framing), not yet written.
+    queue: VecDeque<bytes::Bytes>,
+    ended: bool,
+}
+
+impl BodyWriter {
+    /// `Ready(Ok(()))` once all of the body is written and flushed.
+    fn poll_send(&mut self, io: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        use bytes::Buf as _;
+        loop {
+            while let Some(front) = self.queue.front_mut() {
+                let n = std::task::ready!(Pin::new(&mut *io).poll_write(cx, front))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                front.advance(n);
+                if front.is_empty() {
+                    self.queue.pop_front();
+                }
+            }
+            if self.ended {
+                return Pin::new(&mut *io).poll_flush(cx);
+            }
+            let Some(frame) = std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) else {
+                if self.declared.is_some_and(|n| self.sent < n) {
+                    return Poll::Ready(Err(io::Error::other(BodyError::Shorter)));
+                }
+                if self.chunked {
+                    self.queue
+                        .push_back(bytes::Bytes::from_static(b"0\r\n\r\n"));
+                }
+                self.ended = true;
+                continue;
+            };
+            let frame = frame.map_err(|e| io::Error::other(BodyError::Read(e)))?;
             let Ok(data) = frame.into_data() else {
                 continue; // trailers are not forwarded
             };
             if data.is_empty() {
                 continue;
             }
-            sent += data.len() as u64;
-            if declared.is_some_and(|n| sent > n) {
-                return Err(io::Error::other(
-                    "request body longer than its Content-Length",
-                ));
+            self.sent += data.len() as u64;
+            if self.declared.is_some_and(|n| self.sent > n) {
+                return Poll::Ready(Err(io::Error::other(BodyError::Longer)));
             }
-            if framing == RequestFraming::Chunked {
-                self.out.clear();
-                h1::chunk_line(data.len(), &mut self.out);
-                self.io.write_all(&self.out).await?;
-                self.io.write_all(&data).await?;
-                self.io.write_all(b"\r\n").await?;
+            if self.chunked {
+                let mut line = Vec::with_capacity(20);
+                h1::chunk_line(data.len(), &mut line);
+                self.queue.push_back(line.into());
+                self.queue.push_back(data);
+                self.queue.push_back(bytes::Bytes::from_static(b"\r\n"));
             } else {
-                self.io.write_all(&data).await?;
-            }
-        }
-        if framing == RequestFraming::Chunked {
-            self.io.write_all(b"0\r\n\r\n").await?;
-        }
-        if declared.is_some_and(|n| sent < n) {
-            return Err(io::Error::other(
-                "request body shorter than its Content-Length",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Reads the response head, skipping interim (1xx) responses other than 101.
-    async fn read_head(&mut self, max: usize) -> io::Result<h1::ResponseHead> {
-        loop {
-            if let Some(head) = h1::parse_head(&mut self.buf)? {
-                if head.status.is_informational()
-                    && head.status != http::StatusCode::SWITCHING_PROTOCOLS
-                {
-                    continue;
-                }
-                return Ok(head);
-            }
-            if self.buf.len() >= max {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "response head too large",
-                ));
-            }
-            if self.fill().await? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the upstream closed the connection before answering",
-                ));
+                self.queue.push_back(data);
             }
         }
     }
 }
 
+/// True when `e`, from [`BodyWriter::poll_send`], is the client's body failing or not matching
+/// its length, not the upstream refusing it.
+fn failed_on_our_side(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<BodyError>())
+}
+
 /// A client body that failed while it was being sent (the cause is the client's).
 #[derive(Debug, thiserror::Error)]
-#[error("reading the request body failed")]
-struct BodyError(#[source] BoxError);
+enum BodyError {
+    #[error("reading the request body failed")]
+    Read(#[source] BoxError),
+    #[error("request body longer than its Content-Length")]
+    Longer,
+    #[error("request body shorter than its Content-Length")]
+    Shorter,
+}
 
 /// How the request body goes on the wire: as its own `Content-Length` says, or with one we add
 /// for a buffered body, or chunked for a streamed one of unknown length. `Transfer-Encoding`
@@ -501,7 +570,7 @@ impl Endpoint {
         if let Some(mut conn) = self.idle.take() {
             let again = body.try_clone();
             match conn.write_request(&parts, body).await {
-                Ok(()) => return self.answer(conn, &parts.method).await,
+                Ok(sending) => return self.answer(conn, &parts.method, sending).await,
                 // Closed under us before the head went out: a fresh connection, when the
                 // body is still ours to send.
                 Err((_, false)) if again.is_some() => body = again.unwrap_or(RequestBody::empty()),
@@ -509,10 +578,11 @@ impl Endpoint {
             }
         }
         let mut conn = self.connect().await?;
-        conn.write_request(&parts, body)
+        let sending = conn
+            .write_request(&parts, body)
             .await
             .map_err(|(e, _)| SendError::Exchange(e))?;
-        self.answer(conn, &parts.method).await
+        self.answer(conn, &parts.method, sending).await
     }
 
     /// Reads the response head; the body is read by whoever polls it.
@@ -520,13 +590,17 @@ impl Endpoint {
         &self,
         mut conn: Box<Connection>,
         method: &http::Method,
+        mut sending: Option<Box<BodyWriter>>,
     ) -> Result<http::Response<UpstreamBody>, SendError> {
-        let head = conn
-            .read_head(self.max_head)
+        let (head, whole) = conn
+            .read_head(self.max_head, &mut sending)
             .await
             .map_err(SendError::Exchange)?;
         let framing = h1::response_framing(method, &head).map_err(SendError::Exchange)?;
-        let mut resp = http::Response::new(UpstreamBody::new(conn, &framing, self.idle.clone()));
+        let mut body = UpstreamBody::new(conn, &framing, self.idle.clone());
+        body.sending = sending;
+        body.keep_alive &= whole;
+        let mut resp = http::Response::new(body);
         *resp.status_mut() = head.status;
         *resp.version_mut() = head.version;
         *resp.headers_mut() = head.headers;
@@ -577,6 +651,10 @@ pub struct UpstreamBody {
     left: Left,
     keep_alive: bool,
     idle: Arc<Idle>,
+    /// The rest of a streamed request body, when the upstream answered before all of it was
+    /// sent: sent on while the response is read. The connection is reused only if it ends.
+    /// Boxed: only streamed bodies have one.
+    sending: Option<Box<BodyWriter>>,
 }
 
 enum Left {
@@ -599,6 +677,7 @@ impl UpstreamBody {
             left,
             keep_alive: framing.keep_alive,
             idle,
+            sending: None,
         }
     }
 
@@ -606,7 +685,9 @@ impl UpstreamBody {
     /// request.
     fn end(&mut self) {
         self.left = Left::Length(0);
-        if let Some(conn) = self.conn.take().filter(|_| self.keep_alive) {
+        // A request body not all sent leaves the connection in the middle of a request.
+        let reusable = self.keep_alive && self.sending.take().is_none();
+        if let Some(conn) = self.conn.take().filter(|_| reusable) {
             self.idle.put(conn);
         }
     }
@@ -640,6 +721,18 @@ impl Body for UpstreamBody {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
+            if let Some(writer) = this.sending.as_mut() {
+                match writer.poll_send(&mut conn.io, cx) {
+                    Poll::Ready(Ok(())) => this.sending = None,
+                    // The answer is already on its way; the upstream may have stopped reading
+                    // (what it answered says why). The connection is not reused.
+                    Poll::Ready(Err(_)) => {
+                        this.sending = None;
+                        this.keep_alive = false;
+                    }
+                    Poll::Pending => {}
+                }
+            }
             let want = match &mut this.left {
                 Left::Length(0) => {
                     this.end();

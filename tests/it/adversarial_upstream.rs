@@ -27,6 +27,10 @@ fn script(hit: &RogueHit) -> Act {
         ),
         "/truncate-head" => Act::ReplyClose(b"HTTP/1.1 200 OK\r\nContent-Le".to_vec()),
         "/reset" => Act::Reset,
+        "/early" => Act::Early(
+            response("413 Payload Too Large", &["Connection: close"], b"refused"),
+            Duration::from_secs(3),
+        ),
         "/stall" => Act::Stall(Duration::from_secs(3)),
         "/slow-body" => Act::Slow(
             b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello".to_vec(),
@@ -472,6 +476,52 @@ fn a_reset_during_a_large_request_body_gives_502() {
         let text = String::from_utf8_lossy(&bytes);
         assert!(text.starts_with("HTTP/1.1 502"), "[{listener}]: {text}");
         rig.normal(listener, 0);
+    }
+}
+
+/// An upstream refusing an upload answers before it has read the body and stops reading. The
+/// client here sends a first chunk larger than the 64 KiB the proxy buffers (so the body is
+/// streamed) and waits for an answer before sending more: the answer must reach it, not a 504
+/// after `upstream_timeout` (1 s here) because the proxy waited for the body to be sent first.
+#[test]
+fn an_answer_before_the_request_body_is_all_sent_reaches_the_client() {
+    let rig = UpRig::new();
+    let first = vec![b'u'; 96 * 1024];
+    for listener in ["api", "rpc"] {
+        let mut c = rig.conn(listener);
+        let mut raw = format!(
+            "POST /early HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            first.len()
+        )
+        .into_bytes();
+        raw.extend_from_slice(&first);
+        raw.extend_from_slice(b"\r\n");
+        c.send(&raw).expect("send the head and a first chunk");
+        let r = c
+            .read_response()
+            .expect("an answer while the body is unfinished");
+        assert_eq!(
+            (r.status, r.text()),
+            (413, "refused".to_owned()),
+            "[{listener}]"
+        );
+        rig.normal(listener, 0);
+    }
+    // The connection that carried the unfinished request was never used again.
+    let hits = rig.rogue.hits();
+    let early: Vec<usize> = hits
+        .iter()
+        .filter(|h| h.target() == "/early")
+        .map(|h| h.conn)
+        .collect();
+    assert_eq!(early.len(), 2);
+    for hit in &hits {
+        if hit.target() != "/early" {
+            assert!(
+                !early.contains(&hit.conn),
+                "reused after an unfinished request: {hit:?}"
+            );
+        }
     }
 }
 

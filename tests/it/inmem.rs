@@ -84,13 +84,7 @@ impl Rig {
     /// A client connection, served like a plain (`tls = "none"`) listener's over HTTP/1.1.
     fn connect(&self) -> DuplexStream {
         let (client, server) = tokio::io::duplex(64 * 1024);
-        let info = ConnInfo {
-            peer: Some(([127, 0, 0, 1], 40000).into()),
-            identity: None,
-            allowed: true,
-            xfcc: None,
-            tls: false,
-        };
+        let info = ConnInfo::new(Some(([127, 0, 0, 1], 40000).into()), false);
         let (proxy, limits) = (self.proxy.clone(), self.limits.clone());
         tokio::spawn(async move { serve_stream(server, false, proxy, info, &limits).await });
         client

@@ -93,8 +93,9 @@ fn spoofed_identity_never_survives() {
         ("forwarded", "for=1.2.3.4;proto=http;host=evil"),
     ]);
     let host = HeaderValue::from_static("ironic:6385");
+    let client = ip_value("10.0.0.9".parse().unwrap());
     let fwd = Forwarded {
-        client_ip: Some("10.0.0.9".parse().unwrap()),
+        client_ip: client.as_ref(),
         proto: "https",
         host: Some(&host),
         xfcc: None,

@@ -422,6 +422,9 @@ pub(crate) enum Act {
     Reset,
     /// Sends nothing for this long, then closes.
     Stall(Duration),
+    /// Answers right after the head, reads none of the body, holds the connection open this
+    /// long, then closes: a server refusing an upload.
+    Early(Vec<u8>, Duration),
 }
 
 /// One request a [`Rogue`] received.
@@ -563,6 +566,13 @@ fn rogue_conn(
             // Whatever of the body is still unread makes this close a reset for the peer.
             return;
         }
+        if let Act::Early(answer, hold) = act {
+            hits.lock().expect("hits").push(hit);
+            let _ = s.write_all(&answer);
+            // Exercised: an upstream that stops reading after answering, as scripted.
+            std::thread::sleep(hold);
+            return;
+        }
         let lower = hit.head.to_ascii_lowercase();
         let len: usize = lower
             .lines()
@@ -609,6 +619,7 @@ fn rogue_conn(
                 std::thread::sleep(d);
                 return;
             }
+            Act::Early(..) => unreachable!("answered before the body"),
         }
     }
 }
