@@ -8,7 +8,7 @@
 //! holds for a flood repeating one wrong password. Requests with different credentials are not
 //! affected: each still verifies on its own.
 //!
-//! Keyed by file generation and the credential's cache tag (see [`super::cache`]: an HMAC, never
+//! Keyed by file generation and the credential's cache tag (see [`super::cache`]: a keyed hash, never
 //! the password). An entry lives while its leader does: at most one per verification slot or
 //! queue place, so the map stays as small as the queue. A leader that ends without an answer
 //! (queue full, client gone) releases its followers with no answer; they answer 503 as a full
