@@ -18,6 +18,7 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Version};
+use smallvec::SmallVec;
 
 pub(crate) const XFCC: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
 pub(crate) const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -40,12 +41,23 @@ pub enum Framing {
 
 /// Checks `Content-Length`, `Transfer-Encoding` and `Host` of an HTTP/1.x request.
 pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<Framing, &'static str> {
-    let te: Vec<&HeaderValue> = headers.get_all(header::TRANSFER_ENCODING).iter().collect();
-    let cl: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
-    let hosts = headers.get_all(header::HOST).iter().count();
+    // One pass over the fields instead of a hashed lookup per name (three names, each looked up
+    // on every request): comparing a standard name is one byte.
+    let mut te: SmallVec<[&HeaderValue; 1]> = SmallVec::new();
+    let mut cl: SmallVec<[&HeaderValue; 1]> = SmallVec::new();
+    let mut hosts: SmallVec<[&HeaderValue; 1]> = SmallVec::new();
+    for (name, value) in headers {
+        if name == header::TRANSFER_ENCODING {
+            te.push(value);
+        } else if name == header::CONTENT_LENGTH {
+            cl.push(value);
+        } else if name == header::HOST {
+            hosts.push(value);
+        }
+    }
     // Forwarded as HTTP/1.1, where several Host fields are invalid (RFC 9112 §3.2): an HTTP/1.0
     // or HTTP/2 request may not have more than one either, or the upstream would pick one.
-    if hosts > 1 {
+    if hosts.len() > 1 {
         return Err("more than one Host header");
     }
     if version == Version::HTTP_2 || version == Version::HTTP_3 {
@@ -67,8 +79,7 @@ pub fn check_framing(version: Version, headers: &HeaderMap) -> Result<Framing, &
     // RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, for any request with more than
     // one Host line or with an invalid Host value (uri-host [ ":" port ], RFC 9110 §7.2; no
     // userinfo, RFC 9110 §4.2.4).
-    let hosts: Vec<&HeaderValue> = headers.get_all(header::HOST).iter().collect();
-    if hosts.len() > 1 || (version == Version::HTTP_11 && hosts.is_empty()) {
+    if version == Version::HTTP_11 && hosts.is_empty() {
         return Err("exactly one Host header is required");
     }
     if hosts.first().is_some_and(|h| !valid_host(h.as_bytes())) {
@@ -153,34 +164,43 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 
 /// Removes hop-by-hop fields, including those named in `Connection` (RFC 9110 §7.6.1).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    strip(headers, false);
+    strip(headers, false, &[]);
 }
 
 /// One pass over the field names instead of a lookup per hop-by-hop name, and no allocation in
 /// the common case (at most `Connection: keep-alive`); with `underscores`, names containing `_`
-/// go too.
-fn strip(headers: &mut HeaderMap, underscores: bool) {
-    // Further `Connection` lines are rare; only they are copied (reference counts).
-    let more: Vec<HeaderValue> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .skip(1)
-        .cloned()
-        .collect();
-    if let Some(first) = headers.remove(header::CONNECTION) {
-        for value in std::iter::once(&first).chain(&more) {
-            let Ok(value) = value.to_str() else { continue };
-            for token in value.split(',') {
-                // `&str` keys are matched case-insensitively, without allocating.
-                headers.remove(token.trim());
+/// go too, and so do the names in `also`. A name that is not there costs no lookup.
+fn strip(headers: &mut HeaderMap, underscores: bool, also: &[HeaderName]) {
+    let mut doomed: SmallVec<[HeaderName; 4]> = SmallVec::new();
+    let mut connection = false;
+    for name in headers.keys() {
+        if name == header::CONNECTION {
+            connection = true;
+        } else if HOP_BY_HOP.contains(name)
+            || also.contains(name)
+            || (underscores && name.as_str().contains('_'))
+        {
+            doomed.push(name.clone());
+        }
+    }
+    if connection {
+        // Further `Connection` lines are rare; only they are copied (reference counts).
+        let more: Vec<HeaderValue> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .skip(1)
+            .cloned()
+            .collect();
+        if let Some(first) = headers.remove(header::CONNECTION) {
+            for value in std::iter::once(&first).chain(&more) {
+                let Ok(value) = value.to_str() else { continue };
+                for token in value.split(',') {
+                    // `&str` keys are matched case-insensitively, without allocating.
+                    headers.remove(token.trim());
+                }
             }
         }
     }
-    let doomed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| HOP_BY_HOP.contains(n) || (underscores && n.as_str().contains('_')))
-        .cloned()
-        .collect();
     for name in doomed {
         headers.remove(name);
     }
@@ -200,16 +220,19 @@ pub struct Forwarded<'a> {
 
 /// Rewrites request headers for the upstream.
 pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
-    strip(headers, true);
-    headers.remove(FORWARDED);
+    // The client's own of the fields we set: removed where we have no value to put in.
+    let mut also: SmallVec<[HeaderName; 3]> = SmallVec::new();
+    also.push(FORWARDED);
+    if fwd.xfcc.is_none() {
+        also.push(XFCC);
+    }
+    if fwd.host.is_none() {
+        also.push(XFH);
+    }
+    strip(headers, true, &also);
     // `insert` replaces every value the client sent.
-    match fwd.xfcc {
-        Some(v) => {
-            headers.insert(XFCC, v.clone());
-        }
-        None => {
-            headers.remove(XFCC);
-        }
+    if let Some(v) = fwd.xfcc {
+        headers.insert(XFCC, v.clone());
     }
     if let Some(ip) = fwd.client_ip {
         let joined = match headers.get(XFF).and_then(|v| v.to_str().ok()) {
@@ -226,13 +249,8 @@ pub fn rewrite_request(headers: &mut HeaderMap, fwd: &Forwarded<'_>) {
         // A unix-socket client has no address to append; keep what earlier hops wrote.
     }
     headers.insert(XFP, HeaderValue::from_static(fwd.proto));
-    match fwd.host {
-        Some(h) => {
-            headers.insert(XFH, h.clone());
-        }
-        None => {
-            headers.remove(XFH);
-        }
+    if let Some(h) = fwd.host {
+        headers.insert(XFH, h.clone());
     }
     append_via(headers, fwd.version);
 }
@@ -251,14 +269,25 @@ pub fn ip_value(ip: std::net::IpAddr) -> Option<HeaderValue> {
 
 /// Rewrites response headers for the client.
 pub fn rewrite_response(headers: &mut HeaderMap, version: Version) {
+    // One pass to learn what needs doing; most responses need none of it.
+    let (mut te, mut lengths, mut listed) = (false, 0usize, false);
+    for (name, value) in &*headers {
+        if name == header::TRANSFER_ENCODING {
+            te = true;
+        } else if name == header::CONTENT_LENGTH {
+            lengths += 1;
+            listed |= value.as_bytes().contains(&b',');
+        }
+    }
     // RFC 9112 §6.3 item 3: Transfer-Encoding overrides Content-Length, and an intermediary
-    // MUST remove the received Content-Length before forwarding. hyper reads the body by
+    // MUST remove the received Content-Length before forwarding. Our client reads the body by
     // Transfer-Encoding but leaves the field; relayed, it would frame the decoded body anew.
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    if te && lengths > 0 {
         headers.remove(header::CONTENT_LENGTH);
+    } else if lengths > 1 || listed {
+        fold_content_length(headers);
     }
     strip_hop_by_hop(headers);
-    fold_content_length(headers);
     append_via(headers, version);
 }
 
