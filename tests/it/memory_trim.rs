@@ -176,11 +176,13 @@ fn after_a_quiet_spell_serving_memory_is_given_back_and_requests_still_work() {
         assert_eq!(c.get("/v1/nodes").expect("a request").status, 200);
     }
     let (anon_busy, text_busy) = anon_and_text_kib(proxy.pid());
+    // On a loaded machine (nextest runs tests side by side) the loop above can pause for longer
+    // than `idle_trim` while the connections are open, and a trim then runs before they close;
+    // the trim that gives their memory back is the next one.
+    let before = trims(&proxy);
     drop(conns);
 
-    let trimmed = proxy.wait_log(Duration::from_secs(10), |l| {
-        l.contains("idle: memory given back")
-    });
+    let trimmed = proxy.wait_log(Duration::from_secs(10), |_| trims(&proxy) > before);
     assert!(trimmed.is_some(), "no idle trim: {:#?}", proxy.logs());
     let (anon_idle, text_idle) = anon_and_text_kib(proxy.pid());
     eprintln!("anonymous {anon_busy} -> {anon_idle} KiB, text {text_busy} -> {text_idle} KiB");
@@ -190,11 +192,17 @@ fn after_a_quiet_spell_serving_memory_is_given_back_and_requests_still_work() {
         anon_idle + 1024 < anon_busy,
         "heap given back: anonymous {anon_busy} -> {anon_idle} KiB"
     );
-    assert!(
-        text_idle * 10 < text_busy * 7,
-        "code given back: text {text_busy} -> {text_idle} KiB"
-    );
-    assert_eq!(trims(&proxy), 1, "one trim per quiet spell");
+    // Code pages given back by an early trim are not all touched again by the requests after
+    // it: the comparison holds only from a process that has not trimmed yet.
+    if before == 0 {
+        assert!(
+            text_idle * 10 < text_busy * 7,
+            "code given back: text {text_busy} -> {text_idle} KiB"
+        );
+    } else {
+        eprintln!("a trim ran before the connections closed: text not compared");
+    }
+    assert_eq!(trims(&proxy), before + 1, "one trim per quiet spell");
 
     // It serves again, and the next quiet spell trims again.
     let mut c = HttpConn::tls(proxy.addr("api"), cfg).expect("TLS handshake after the trim");
@@ -202,6 +210,6 @@ fn after_a_quiet_spell_serving_memory_is_given_back_and_requests_still_work() {
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["path"], "/v1/ports");
     drop(c);
-    let again = proxy.wait_log(Duration::from_secs(10), |_| trims(&proxy) >= 2);
+    let again = proxy.wait_log(Duration::from_secs(10), |_| trims(&proxy) >= before + 2);
     assert!(again.is_some(), "no second trim: {:#?}", proxy.logs());
 }
