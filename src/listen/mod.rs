@@ -243,10 +243,12 @@ impl Listener {
             let info = ConnInfo::new(peer, false);
             return Self::serve(self.site(), io, false, info, clock, shutdown).await;
         };
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls.load());
         // Boxed, like the connection below: the handshake's state lives only as long as the
         // handshake, instead of setting the size of every connection's task.
-        let handshake = Box::pin(tokio::time::timeout_at(head_deadline, acceptor.accept(io)));
+        let handshake = Box::pin(tokio::time::timeout_at(
+            head_deadline,
+            crate::tls::stream::accept(tls.load(), io),
+        ));
         let serving = match handshake.await {
             Ok(Ok(stream)) => self.secured(stream, peer, clock, shutdown),
             Ok(Err(e)) => return self.handshake_failed(peer, classify(&e), &e.to_string()),
@@ -267,7 +269,7 @@ impl Listener {
     /// certificate cannot be read. Not async, so the stream is not kept twice in the task.
     fn secured<S>(
         &self,
-        stream: tokio_rustls::server::TlsStream<S>,
+        stream: crate::tls::stream::ServerStream<S>,
         peer: Option<SocketAddr>,
         clock: Arc<ConnClock>,
         shutdown: watch::Receiver<bool>,
@@ -275,7 +277,7 @@ impl Listener {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (_, session) = stream.get_ref();
+        let session = stream.session();
         let h2 = session.alpn_protocol() == Some(b"h2");
         let mut info = ConnInfo::new(peer, true);
         if self.cfg.tls == TlsMode::Mutual {

@@ -9,6 +9,7 @@
 pub mod allow;
 mod client_id;
 pub(crate) mod peer;
+pub(crate) mod stream;
 
 pub use client_id::ClientIdentity;
 
