@@ -692,4 +692,30 @@ mod tests {
         let err = accepting.await.unwrap().err().expect("no handshake");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
     }
+
+    #[tokio::test]
+    async fn a_forged_record_after_the_handshake_fails_the_stream_and_nothing_after_panics() {
+        let (mut server, client) = pair(64 * 1024).await;
+        let (mut raw, _) = client.into_inner();
+        // An application-data record whose tag cannot verify.
+        let mut forged = vec![0x17, 0x03, 0x03, 0x00, 0x40];
+        forged.resize(5 + 0x40, 0xab);
+        raw.write_all(&forged).await.unwrap();
+        let mut buf = [0u8; 64];
+        let err = server
+            .read(&mut buf)
+            .await
+            .err()
+            .expect("a forged record is an error");
+        assert!(
+            err.get_ref().is_some_and(|e| e.is::<rustls::Error>()),
+            "{err}"
+        );
+        // More bytes, another read, a write and the shutdown: errors or nothing, no panic
+        // (rustls must not see the same records twice).
+        raw.write_all(&forged).await.unwrap();
+        assert!(server.read(&mut buf).await.is_err());
+        assert!(server.write_all(b"x").await.is_err());
+        let _ = server.shutdown().await;
+    }
 }
