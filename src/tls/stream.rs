@@ -705,8 +705,7 @@ mod tests {
         let err = server
             .read(&mut buf)
             .await
-            .err()
-            .expect("a forged record is an error");
+            .expect_err("a forged record is an error");
         assert!(
             err.get_ref().is_some_and(|e| e.is::<rustls::Error>()),
             "{err}"
