@@ -450,12 +450,21 @@ class Boot:
         old = {u: self.on_disk(victim, self.mac_path(u)) for u in theirs}
         self.procs.kill(victim.ironic)
         t0 = time.monotonic()
+        # Each API instance computes a node's "conductor" from its own hash ring, refreshed on
+        # its own schedule, so for a while one of them (behind the load balancer) still names
+        # the victim. Keep the owners from the one answer that named none.
+        owners = {}
+
+        def moved():
+            now = {u: self.owner(u) for u in theirs}
+            if any(o is victim for o in now.values()):
+                return False
+            owners.clear()
+            owners.update(now)
+            return True
 
         def taken():
-            owners = {u: self.owner(u) for u in theirs}
-            if any(o is victim for o in owners.values()):
-                return False
-            return all(
+            return moved() and all(
                 os.path.exists(o.http_root + self.mac_path(u)) for u, o in owners.items()
             )
 
@@ -466,9 +475,10 @@ class Boot:
             # Not rewritten by the takeover: redeploy (rebuild) on the new owner.
             how = "rebuilt"
             self.provision(theirs, "rebuild", "active")
+            h.wait_for("an answer naming the new owners", moved, 30)
         bad = []
         for u in theirs:
-            new_owner = self.owner(u)
+            new_owner = owners[u]
             want = self.on_disk(new_owner, self.mac_path(u))
             if want == old[u]:
                 bad.append(f"{u}: the new owner's config equals the old one")
