@@ -22,7 +22,7 @@
 //! then compares [`ConnClock::deadline`] with the time.
 
 use crate::proxy::response::Progress;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -54,6 +54,9 @@ pub(crate) struct ConnClock {
     /// `served` + 1 at the last flush to the client that completed with no request in flight
     /// (HTTP/1.1): every byte of the responses begun by then is out. 0 before any.
     settled: AtomicU64,
+    /// A request or its response ended keep-alive (HTTP/1.1): hyper closes the connection once
+    /// that response is out, so it must not park (parking would serve bytes hyper left unread).
+    closing: AtomicBool,
     head_timeout: Duration,
     idle_timeout: Duration,
 }
@@ -76,6 +79,7 @@ impl ConnClock {
             head_started: AtomicU64::new(0),
             write_stalled: AtomicU64::new(0),
             settled: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
             head_timeout,
             idle_timeout,
         })
@@ -113,6 +117,17 @@ impl ConnClock {
             self.still_since.store(ms + 1, Ordering::Release);
         }
         self.progress_seen.store(moved, Ordering::Relaxed);
+    }
+
+    /// The exchange in progress ends keep-alive: `Connection: close` on either side, or
+    /// HTTP/1.0.
+    pub(super) fn note_closing(&self) {
+        self.closing.store(true, Ordering::Release);
+    }
+
+    /// Whether a request or response has ended keep-alive on this connection.
+    pub(super) fn closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 
     /// Requests begun on the connection.

@@ -13,6 +13,13 @@
 //! connection then costs its TLS state and no HTTP buffers; HAProxy likewise holds buffers only
 //! while data flows. Deadlines, the drain and the connection's clock are the same parked or
 //! not: the clock and the framing guard see the byte that wakes a parked connection.
+//!
+//! A new connection parks as soon as its first response is written out, not after
+//! [`PARK_AFTER`]: most connections a sidecar sees carry one request and then wait (a
+//! conductor's JSON-RPC call, an agent's heartbeat, a probe), and a burst of them would
+//! otherwise hold every one's buffers at once for `PARK_AFTER`. A client that sends its second
+//! request right away pays one new hyper connection for it (about 15,000 instructions, once per
+//! connection) and parks after `PARK_AFTER` from then on.
 
 use super::conn::ConnClock;
 use super::guard::Guard;
@@ -302,6 +309,9 @@ pin_project_lite::pin_project! {
         #[pin]
         check: tokio::time::Sleep,
         clock: Arc<ConnClock>,
+        // An HTTP/1.1 connection that has not yet served more than its first request: it parks
+        // as soon as that first response is out (see the module's documentation).
+        fresh: bool,
         // Resolves when the server starts draining; `None` once the connection was told.
         drain: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     }
@@ -315,6 +325,7 @@ impl<C: Served> Drive<C> {
             first = first.min(now + PARK_AFTER);
         }
         Self {
+            fresh: conn.can_park(),
             conn,
             check: tokio::time::sleep_until(first),
             clock,
@@ -349,6 +360,22 @@ impl<C: Served> Future for Drive<C> {
                 }
             }
             let mut parked = false;
+            if *this.fresh {
+                match this.clock.served() {
+                    0 => {}
+                    1 => {
+                        if this.conn.can_park()
+                            && !this.clock.closing()
+                            && this.clock.idle_for(Instant::now(), Duration::ZERO)
+                        {
+                            *this.fresh = false;
+                            this.conn.as_mut().park();
+                            parked = true;
+                        }
+                    }
+                    _ => *this.fresh = false,
+                }
+            }
             while this.check.as_mut().poll(cx).is_ready() {
                 let now = Instant::now();
                 this.clock.observe(now);
@@ -357,7 +384,7 @@ impl<C: Served> Future for Drive<C> {
                     return Poll::Ready(());
                 }
                 let mut next = this.clock.next_check(now);
-                if this.conn.can_park() {
+                if this.conn.can_park() && !this.clock.closing() {
                     if this.clock.idle_for(now, PARK_AFTER) {
                         this.conn.as_mut().park();
                         parked = true;
@@ -374,3 +401,6 @@ impl<C: Served> Future for Drive<C> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

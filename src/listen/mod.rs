@@ -455,13 +455,35 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
         let proxy = self.proxy.clone();
         let info = self.info.clone();
         let mut guard = self.clock.begin();
+        // HTTP/1.1: what ends keep-alive for hyper ends parking too (see `drive`).
+        let h1 = self.framing.is_some();
+        if h1 && (req.version() != http::Version::HTTP_11 || wants_close(req.headers())) {
+            self.clock.note_closing();
+        }
+        let clock = h1.then(|| self.clock.clone());
         Box::pin(async move {
             let mut resp = proxy.handle(req, &info).await;
+            // Only the proxy's own error responses carry `Connection: close` (an upstream's is
+            // hop-by-hop and removed).
+            if let Some(clock) = clock.filter(|_| !resp.status().is_success()) {
+                if wants_close(resp.headers()) {
+                    clock.note_closing();
+                }
+            }
             guard.responding();
             resp.body_mut().attach(guard);
             Ok(resp)
         })
     }
+}
+
+/// Whether `headers` have a `Connection` field with the `close` option (RFC 9112 §9.6).
+fn wants_close(headers: &http::HeaderMap) -> bool {
+    headers.get_all(http::header::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|o| o.trim_ascii().eq_ignore_ascii_case(b"close"))
+    })
 }
 
 type ServiceFuture = Pin<

@@ -1,0 +1,144 @@
+//! Parking on the paused clock: a connection served over an in-memory pipe, in front of a real
+//! HTTP/1.1 upstream on a unix socket in a temp dir. While the test task keeps running, the
+//! clock stands still, so "parked with no time passing" is exact.
+
+use super::PARK_AFTER;
+use crate::config::{Limits, UpstreamAddr};
+use crate::listen::conn::ConnClock;
+use crate::listen::{Listener, Site};
+use crate::metrics::Metrics;
+use crate::proxy::pool::{Pool, PoolOptions};
+use crate::proxy::{ConnInfo, Proxy};
+use bytes::Bytes;
+use http_body_util::Full;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// An upstream that answers every request 200 with a short body.
+fn upstream(dir: &tempfile::TempDir) -> UpstreamAddr {
+    let sock = dir.path().join("upstream.sock");
+    let listener = tokio::net::UnixListener::bind(&sock).expect("bind the upstream socket");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        Bytes::from_static(b"ok"),
+                    )))
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, svc)
+                    .await;
+            });
+        }
+    });
+    UpstreamAddr::Unix(sock)
+}
+
+/// Serves one client connection like a plain listener's; returns the client's end, the
+/// listener's parked-connection gauge and the server's drain switch.
+fn connect(addr: UpstreamAddr, limits: &Limits) -> (DuplexStream, Gauge, watch::Sender<bool>) {
+    let metrics = Metrics::new();
+    let pool = Pool::new(PoolOptions::local("t", addr, 16 * 1024, metrics.clone()));
+    let proxy = Arc::new(Proxy::new("t", pool, limits.clone(), metrics));
+    let parked = Gauge::default();
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let clock = ConnClock::new(
+        Instant::now(),
+        limits.request_head_timeout,
+        limits.idle_timeout,
+    );
+    let (tx, shutdown) = watch::channel(false);
+    let site = Site {
+        proxy,
+        limits,
+        parked: parked.clone(),
+    };
+    let conn = Listener::serve(
+        site,
+        server,
+        false,
+        ConnInfo::new(None, false),
+        clock,
+        shutdown,
+    );
+    tokio::spawn(conn);
+    (client, parked, tx)
+}
+
+/// Sends one GET and reads its whole response (the upstream's two-byte body).
+async fn get(c: &mut DuplexStream, path: &str) -> String {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    c.write_all(req.as_bytes()).await.expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !(got.windows(4).any(|w| w == b"\r\n\r\n") && got.ends_with(b"ok")) {
+        let n = c.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Lets every other task run without letting the clock move.
+async fn settle() {
+    for _ in 0..32 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_connection_parks_as_soon_as_its_first_response_is_out() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = Limits::default();
+    let (mut c, parked, _drain) = connect(upstream(&dir), &limits);
+
+    let first = get(&mut c, "/first").await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let answered = Instant::now();
+    settle().await;
+    assert_eq!(parked.get(), 1, "parked right after its first response");
+    assert_eq!(Instant::now(), answered, "and with no time passing");
+
+    // Woken by its second request; from then on it parks after PARK_AFTER of idleness.
+    let second = get(&mut c, "/second").await;
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    settle().await;
+    assert_eq!(parked.get(), 0, "a later response does not park at once");
+    tokio::time::sleep(PARK_AFTER * 3).await;
+    assert_eq!(parked.get(), 1, "parked after PARK_AFTER");
+    let third = get(&mut c, "/third").await;
+    assert!(third.starts_with("HTTP/1.1 200"), "{third}");
+    settle().await;
+    assert_eq!(parked.get(), 0);
+}
+
+/// The drain reaches a connection that was polled many times since it started (its drain
+/// future is polled only when the watch changed): parked or not, it closes at once.
+#[tokio::test(start_paused = true)]
+async fn the_drain_closes_a_connection_that_has_served_and_waits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = Limits::default();
+    let addr = upstream(&dir);
+    for parked_at_drain in [true, false] {
+        let (mut c, parked, drain) = connect(addr.clone(), &limits);
+        for path in ["/one", "/two", "/three"] {
+            assert!(get(&mut c, path).await.starts_with("HTTP/1.1 200"));
+        }
+        if parked_at_drain {
+            tokio::time::sleep(PARK_AFTER * 3).await;
+        }
+        settle().await;
+        assert_eq!(parked.get(), i64::from(parked_at_drain));
+        let drained = Instant::now();
+        drain.send(true).expect("the connection holds the watch");
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).await.expect("read");
+        assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+        assert_eq!(Instant::now(), drained, "closed at once, not at a timeout");
+    }
+}
