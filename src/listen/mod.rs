@@ -16,7 +16,7 @@ mod sniff;
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
 use crate::proxy::{ConnInfo, Proxy};
-use crate::tls::{ClientIdentity, ReloadableServer};
+use crate::tls::{Identities, ReloadableServer};
 use conn::ConnClock;
 use drive::{Drive, Parking};
 use hyper::server::conn::{http1, http2};
@@ -116,6 +116,8 @@ pub(crate) struct Listener {
     parked: Gauge,
     rejected: Counter,
     permits: Arc<Semaphore>,
+    /// Mutual TLS: the client identities parsed so far, shared by connections.
+    identities: Identities,
 }
 
 impl Listener {
@@ -146,6 +148,7 @@ impl Listener {
             parked,
             rejected,
             permits,
+            identities: Identities::default(),
         }
     }
 
@@ -284,8 +287,8 @@ impl Listener {
             let id = session
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .and_then(|leaf| ClientIdentity::from_der(leaf));
-            let Some(id) = id else {
+                .and_then(|leaf| self.identities.get(leaf));
+            let Some((id, xfcc)) = id else {
                 self.handshake_failed(peer, "bad_certificate", "client certificate unreadable");
                 return None;
             };
@@ -293,9 +296,10 @@ impl Listener {
             if !info.allowed {
                 tracing::warn!(listener = %self.name, client = %peer.map_or_else(|| "unix".to_owned(), |p| p.to_string()), identity = %id.display_name(), "client certificate outside allow; answering 403");
             }
-            // Built once per connection; every request's copy is a reference count.
-            info.xfcc = http::HeaderValue::from_str(&id.xfcc()).ok();
-            info.identity = Some(Arc::new(id));
+            // Shared with the listener's other connections from the same certificate; every
+            // request's copy is a reference count.
+            info.xfcc = xfcc;
+            info.identity = Some(id);
         }
         Some(Self::serve(self.site(), stream, h2, info, clock, shutdown))
     }

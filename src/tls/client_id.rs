@@ -1,8 +1,12 @@
-//! The verified identity of a mutual-TLS client, and its `X-Forwarded-Client-Cert` form.
+//! The verified identity of a mutual-TLS client, its `X-Forwarded-Client-Cert` form, and the
+//! table that shares both among the connections presenting the same certificate.
 
 use super::allow::{is_allowed, AllowRule};
+use http::HeaderValue;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex, Weak};
 use x509_parser::extensions::GeneralName;
 
 /// What the proxy knows about a client whose certificate chain verified.
@@ -111,4 +115,131 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
     }
     s
+}
+
+/// The most distinct client certificates [`Identities`] remembers; more are parsed for each
+/// connection as before.
+const MAX_IDENTITIES: usize = 256;
+
+/// The parsed identities of the client certificates one listener has verified, shared by the
+/// connections that present the same leaf. A JSON-RPC listener sees a few certificates (one per
+/// conductor) over many connections: the identity and its `X-Forwarded-Client-Cert` value are
+/// then parsed and formatted once per certificate instead of once per handshake, and held once
+/// however many connections carry them. rustls still verifies every handshake's chain; only the
+/// parse of identical bytes is reused, keyed by the whole leaf. An entry lives while a
+/// connection holds its identity; dead entries are swept when the table is full.
+#[derive(Default)]
+pub(crate) struct Identities {
+    known: Mutex<HashMap<Box<[u8]>, Known>>,
+}
+
+struct Known {
+    identity: Weak<ClientIdentity>,
+    xfcc: Option<HeaderValue>,
+}
+
+impl Identities {
+    /// The identity in the verified leaf `der` and its XFCC header value; `None` when the leaf
+    /// cannot be parsed.
+    pub(crate) fn get(&self, der: &[u8]) -> Option<(Arc<ClientIdentity>, Option<HeaderValue>)> {
+        if let Ok(known) = self.known.lock() {
+            if let Some(k) = known.get(der) {
+                if let Some(identity) = k.identity.upgrade() {
+                    return Some((identity, k.xfcc.clone()));
+                }
+            }
+        }
+        let identity = Arc::new(ClientIdentity::from_der(der)?);
+        let xfcc = HeaderValue::from_str(&identity.xfcc()).ok();
+        if let Ok(mut known) = self.known.lock() {
+            if known.len() >= MAX_IDENTITIES && !known.contains_key(der) {
+                known.retain(|_, k| k.identity.strong_count() > 0);
+            }
+            if known.len() < MAX_IDENTITIES || known.contains_key(der) {
+                let entry = Known {
+                    identity: Arc::downgrade(&identity),
+                    xfcc: xfcc.clone(),
+                };
+                known.insert(der.into(), entry);
+            }
+        }
+        Some((identity, xfcc))
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.known.lock().map_or(0, |k| k.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(dns: &str) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate().expect("key");
+        rcgen::CertificateParams::new(vec![dns.to_owned()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate")
+            .der()
+            .to_vec()
+    }
+
+    #[test]
+    fn connections_with_the_same_certificate_share_one_identity() {
+        let table = Identities::default();
+        let (a, b) = (
+            leaf("conductor-1.ironic.test"),
+            leaf("conductor-2.ironic.test"),
+        );
+        let (first, xfcc) = table.get(&a).expect("parses");
+        let (again, xfcc_again) = table.get(&a).expect("parses");
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the same leaf shares its identity"
+        );
+        assert_eq!(xfcc, xfcc_again);
+        assert_eq!(first.dns, ["conductor-1.ironic.test"]);
+        let expected = HeaderValue::from_str(&first.xfcc()).ok();
+        assert_eq!(xfcc, expected, "the XFCC value is the identity's");
+        let (other, other_xfcc) = table.get(&b).expect("parses");
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert_eq!(other.dns, ["conductor-2.ironic.test"]);
+        assert_ne!(other_xfcc, xfcc);
+        // Once no connection holds it, the identity is parsed again (its memory went with
+        // the last connection).
+        drop((first, again, xfcc, xfcc_again));
+        let (parsed, _) = table.get(&a).expect("parses");
+        assert_eq!(parsed.dns, ["conductor-1.ironic.test"]);
+        assert!(table.get(b"not a certificate").is_none());
+    }
+
+    #[test]
+    fn the_table_stays_bounded_and_sweeps_identities_no_connection_holds() {
+        let table = Identities::default();
+        let leaves: Vec<Vec<u8>> = (0..MAX_IDENTITIES + 8)
+            .map(|i| leaf(&format!("c{i}.ironic.test")))
+            .collect();
+        let held: Vec<_> = leaves
+            .iter()
+            .map(|d| table.get(d).expect("parses"))
+            .collect();
+        assert_eq!(
+            table.len(),
+            MAX_IDENTITIES,
+            "no more entries than the bound"
+        );
+        for (d, (id, _)) in leaves.iter().zip(&held) {
+            let (again, _) = table.get(d).expect("parses");
+            assert_eq!(
+                again.dns, id.dns,
+                "past the bound, still the right identity"
+            );
+        }
+        drop(held);
+        let (fresh, _) = table.get(&leaf("new.ironic.test")).expect("parses");
+        assert_eq!(fresh.dns, ["new.ironic.test"]);
+        assert_eq!(table.len(), 1, "dead entries swept when the table was full");
+    }
 }

@@ -12,6 +12,7 @@ pub(crate) mod peer;
 pub(crate) mod stream;
 
 pub use client_id::ClientIdentity;
+pub(crate) use client_id::Identities;
 
 use crate::crypto::{policy, provider};
 use crate::identity::Material;
