@@ -238,6 +238,11 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
+    /// This exchange ends keep-alive (see [`ConnClock::note_closing`]).
+    pub(super) fn note_closing(&self) {
+        self.clock.note_closing();
+    }
+
     /// The response is ready: its head goes out, its body waits on the client.
     pub(crate) fn responding(&mut self) {
         self.set_on_client(true);

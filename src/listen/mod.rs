@@ -464,15 +464,12 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
         if h1 && (req.version() != http::Version::HTTP_11 || wants_close(req.headers())) {
             self.clock.note_closing();
         }
-        let clock = h1.then(|| self.clock.clone());
         Box::pin(async move {
             let mut resp = proxy.handle(req, &info).await;
             // Only the proxy's own error responses carry `Connection: close` (an upstream's is
             // hop-by-hop and removed).
-            if let Some(clock) = clock.filter(|_| !resp.status().is_success()) {
-                if wants_close(resp.headers()) {
-                    clock.note_closing();
-                }
+            if h1 && !resp.status().is_success() && wants_close(resp.headers()) {
+                guard.note_closing();
             }
             guard.responding();
             resp.body_mut().attach(guard);
