@@ -107,6 +107,44 @@ fn intermediate_takes_tls12_with_listed_ciphers_only() {
     }
 }
 
+/// No session is resumed, in TLS 1.3 or 1.2: Python's `ssl` (what requests uses) offers the
+/// session of its last connection, after reading a whole response (the point where TLS 1.3
+/// tickets would have arrived), and every handshake is a full one. Against a server that
+/// issues tickets (rustls' defaults) the same script reports `reused`.
+#[test]
+fn sessions_are_never_resumed() {
+    const SCRIPT: &str = r#"
+import socket, ssl, sys
+port, ca = int(sys.argv[1]), sys.argv[2]
+for name, v in (("1.3", ssl.TLSVersion.TLSv1_3), ("1.2", ssl.TLSVersion.TLSv1_2)):
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.minimum_version = ctx.maximum_version = v
+    session, got = None, []
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as s:
+                s.sendall(b"GET /v1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+                assert data.startswith(b"HTTP/1.1 200"), data[:40]
+                got.append(s.session_reused)
+                session = s.session
+    print(name, "reused" if any(got) else "full", got)
+"#;
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let proxy = start(&sb, &up, "min_version = \"1.2\"");
+    let port = proxy.port("api").to_string();
+    let ca = sb.path("ca.crt");
+    let out = support::python(SCRIPT, &[&port, ca.to_str().unwrap()]);
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        out.stdout, "1.3 full [False, False, False]\n1.2 full [False, False, False]\n",
+        "{out:?}"
+    );
+}
+
 #[test]
 fn check_prints_the_policy_and_bad_names_name_the_key() {
     let sb = Sandbox::new();
