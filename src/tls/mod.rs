@@ -93,7 +93,7 @@ pub fn server_config(
     config.ignore_client_order = true;
     // No session resumption, TLS 1.3 tickets or TLS 1.2 session IDs. Every handshake verifies
     // the client's certificate anew: a resumed session would carry an identity past its
-    // short-lived certificate's expiry and past a trust rotation. And no Metal3 client resumes
+    // short-lived certificate's expiry. And no Metal3 client resumes
     // (Python requests / urllib3 as Ironic and IPA use it never pass a session; Go's net/http
     // as BMO uses it has no ClientSessionCache by default), so tickets were pure cost: two
     // encrypted NewSessionTicket messages, one more sendto and a 256-entry cache holding

@@ -475,8 +475,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
             }
             return this.poll_write_plain(cx, gathered.filled());
         }
-        let mut gathered =
-            Vec::with_capacity(bufs.iter().map(|b| b.len()).sum::<usize>().min(16384));
+        let mut gathered = Vec::with_capacity(total.min(16384));
         for b in bufs {
             let n = b.len().min(gathered.capacity() - gathered.len());
             gathered.extend_from_slice(&b[..n]);
