@@ -551,48 +551,55 @@ fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
 /// 200 client threads in this process would compete with the measuring client for the 2 CPUs of
 /// a small machine. It is sent in 10 waves of 200 (one on each of the 200 connections); each
 /// wave is 6 times what the verification queue holds, so during a wave the proxy is as saturated
-/// as under a longer flood. Idle windows alternate with the waves, so that what else the machine
-/// is doing weighs on the idle and the flood samples alike. The last check reads the proxy's
-/// threads: bcrypt ran on its own threads, at nice 19 under `SCHED_IDLE`.
+/// as under a longer flood. The last check reads the proxy's threads: bcrypt ran on its own
+/// threads, at nice 19 under `SCHED_IDLE`.
 ///
-/// The bound is a stall's, not the 2x of issue 11's figure: p99 during the flood at most 2x the
-/// idle p99 plus [`SHARED_CPU`]. A stalled event loop is far above it (bcrypt inlined on the
-/// loop: p99 0.8 to 3.1 s against 3.4 to 7.7 ms idle); bcrypt on normal-priority threads is
-/// caught by the thread check. What the allowance absorbs is this test's own shape: the debug
-/// build's proxy, the measuring client and the flood share 2 CPUs, and each wave is about 10 ms
-/// of the proxy's normal-priority CPU (200 requests parsed and answered), during which the
-/// client's next request waits for a CPU. Measured on a quiet 2-core machine, debug build, bcrypt
-/// threads and flood under `SCHED_IDLE`: one worker 1.4x to 1.9x (p99 1.38 to 1.53 ms against
-/// 0.77 to 1.07 ms idle); one worker per CPU (2) 2.6x to 4.6x (2.0 to 3.5 ms against 0.5 to
-/// 1.0 ms). With bcrypt at nice 19 under the normal policy and the flood at nice 19, that was
-/// 12x with one worker (9.8 ms against 0.79 ms): EEVDF lets a running nice-19 thread finish its
-/// slice before a woken normal one runs, where a `SCHED_IDLE` thread is preempted at once. This
-/// test failed CI at 3.6x under the old 2x bound, twice in a row.
+/// The bound allows for a control measured in the same run: before each wrong-password wave
+/// comes a control wave of the same 200 requests without credentials, answered 401 at once with
+/// nothing to verify, and idle windows separate them all. Parsing and answering a burst of 200
+/// requests is normal-priority work that the client's next request waits behind on a small
+/// machine (with one worker thread, debug build: 13 to 53 ms in 6 runs on a 2-core host whose
+/// idle p99 was 1.4 to 5.6 ms); the control's p99 is that wait, since a control wave is over in
+/// the client's first few requests. So the flood's p99 may be at most twice the idle p99 plus
+/// the control's p99 plus [`NOISE`]: what the verifications themselves add must fit in the idle
+/// share and the noise allowance. A stalled event loop is far above it (bcrypt inlined on the
+/// loop: p99 0.8 to 3.1 s against 3.4 to 7.7 ms idle; 0.49 s against 2.3 ms idle and a control
+/// of 33 ms when tried again with the control in place, which also left too few samples during
+/// the flood); bcrypt on normal-priority threads (12x the idle p99 once, under the bound) is
+/// caught by the thread check. Before the control, the burst's allowance was a fixed
+/// 10 ms: the test failed CI on a host busier than the one it was tuned on, at 33.6 ms against
+/// 5.2 ms idle, where the burst alone takes longer. With a busy-looping process beside the test,
+/// the flood (under `SCHED_IDLE`) trickles instead of bursting and the control's p99 falls to
+/// the idle one (0.71 ms against 0.94 ms idle, the flood at 1.95 ms): [`NOISE`] is for such runs.
 #[test]
 fn a_wrong_password_flood_does_not_stall_an_authenticated_client() {
-    /// What sharing 2 CPUs with the test's client and flood may add to the p99 (see above).
-    const SHARED_CPU: Duration = Duration::from_millis(10);
+    /// What a shared host's scheduling may add to one p99 and not the others; a stall adds
+    /// hundreds of milliseconds.
+    const NOISE: Duration = Duration::from_millis(10);
     for workers in ["1", ""] {
         let env: &[(&str, &str)] = if workers.is_empty() {
             &[]
         } else {
             &[("IRONIC_PROXY_WORKER_THREADS", workers)]
         };
-        let (idle, during) = flood_against_one_client(env);
+        let p99 = flood_against_one_client(env);
         println!(
-            "{env:?}: p99 during the flood / idle p99 = {:.2}",
-            during.as_secs_f64() / idle.as_secs_f64()
+            "{env:?}: p99 during the flood / idle p99 = {:.2}, / control p99 = {:.2}",
+            p99.during.as_secs_f64() / p99.idle.as_secs_f64(),
+            p99.during.as_secs_f64() / p99.control.as_secs_f64()
         );
         assert!(
-            during <= idle * 2 + SHARED_CPU,
-            "stalled: p99 {during:?} > 2 x idle p99 {idle:?} + {SHARED_CPU:?}"
+            p99.during <= p99.idle * 2 + p99.control + NOISE,
+            "stalled: p99 {:?} > 2 x idle p99 {:?} + control p99 {:?} + {NOISE:?}",
+            p99.during,
+            p99.idle,
+            p99.control
         );
     }
 }
 
-/// One flood against a new proxy; every check but the p99 bound is asserted here. Returns the
-/// authenticated client's idle and during-the-flood p99.
-fn flood_against_one_client(env: &[(&str, &str)]) -> (Duration, Duration) {
+/// One flood against a new proxy; every check but the p99 bound is asserted here.
+fn flood_against_one_client(env: &[(&str, &str)]) -> FloodP99 {
     const FLOOD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/support/flood.py");
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
@@ -656,14 +663,15 @@ fn flood_against_one_client(env: &[(&str, &str)]) -> (Duration, Duration) {
         "the flood process did not start"
     );
 
-    let (mut idle, mut during, mut statuses, mut reconnects) =
-        (Vec::new(), Vec::new(), Vec::new(), 0);
+    // One wave: `order` to the flood, the client sampling until the flood's answer line; the
+    // statuses it reports are added to `statuses`.
     let started = Instant::now();
-    for _ in 0..10 {
-        idle.extend(sample(200, &mut me));
-        std::io::Write::write_all(&mut orders, b"1\n").unwrap();
+    let mut reconnects = 0;
+    let mut wave = |order: &[u8], statuses: &mut Vec<u16>, me: &mut HttpConn<_>| {
+        std::io::Write::write_all(&mut orders, order).unwrap();
+        let mut during = Vec::new();
         let counts = loop {
-            during.extend(sample(5, &mut me));
+            during.extend(sample(5, me));
             if let Ok(line) = lines.try_recv() {
                 break line;
             }
@@ -684,6 +692,15 @@ fn flood_against_one_client(env: &[(&str, &str)]) -> (Duration, Duration) {
                 status => statuses.extend(std::iter::repeat_n(status.parse::<u16>().unwrap(), n)),
             }
         }
+        during
+    };
+    let (mut idle, mut during, mut control, mut statuses, mut bare) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..10 {
+        idle.extend(sample(100, &mut me));
+        control.extend(wave(b"1 bare\n", &mut bare, &mut me));
+        idle.extend(sample(100, &mut me));
+        during.extend(wave(b"1\n", &mut statuses, &mut me));
     }
     idle.extend(sample(200, &mut me));
     let flood_time = started.elapsed();
@@ -691,20 +708,21 @@ fn flood_against_one_client(env: &[(&str, &str)]) -> (Duration, Duration) {
     let _ = flood.0.wait();
     let n = |s: u16| statuses.iter().filter(|x| **x == s).count();
     let (n401, n503) = (n(401), n(503));
-    let (idle_p99, during_p99) = (
-        percentile(idle.clone(), 0.99),
-        percentile(during.clone(), 0.99),
-    );
+    let [idle_p99, control_p99, during_p99] =
+        [&idle, &control, &during].map(|v| percentile(v.to_vec(), 0.99));
     println!(
-        "{env:?}: flood of {} requests in 10 waves, {flood_time:?} with the idle windows (401: \
-         {n401}, 503 queue full: {n503}, other: {}, reconnected: {reconnects}); authenticated \
-         client: idle p99 \
-         {idle_p99:?} over {} requests, during the flood p99 {during_p99:?} over {} requests",
+        "{env:?}: flood of {} requests in 10 waves, {flood_time:?} with the idle windows and \
+         controls (401: {n401}, 503 queue full: {n503}, other: {}, reconnected: {reconnects}); \
+         authenticated client: idle p99 {idle_p99:?} over {} requests, during the control \
+         waves p99 {control_p99:?} over {} requests, during the flood p99 {during_p99:?} over \
+         {} requests",
         statuses.len(),
         statuses.len() - n401 - n503,
         idle.len(),
+        control.len(),
         during.len()
     );
+    assert_eq!(bare, vec![401; 2000], "the control waves");
     assert_eq!(statuses.len(), 2000);
     assert_eq!(n401 + n503, 2000, "{statuses:?}");
     assert!(n401 > 0, "no wrong password was verified");
@@ -720,7 +738,21 @@ fn flood_against_one_client(env: &[(&str, &str)]) -> (Duration, Duration) {
     assert!(got
         .iter()
         .all(|r| r.header("authorization") == Some(right.as_str())));
-    (idle_p99, during_p99)
+    FloodP99 {
+        idle: idle_p99,
+        control: control_p99,
+        during: during_p99,
+    }
+}
+
+/// The authenticated client's p99 in one run of the flood test.
+struct FloodP99 {
+    /// Between waves.
+    idle: Duration,
+    /// During the control waves: as many requests, without credentials (nothing to verify).
+    control: Duration,
+    /// During the wrong-password waves.
+    during: Duration,
 }
 
 /// The scheduling policy number of `SCHED_IDLE` (sched(7); /usr/include/linux/sched.h).

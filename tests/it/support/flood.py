@@ -5,12 +5,13 @@ Usage: flood.py HOST PORT USER PREFIX CONNECTIONS
 Opens CONNECTIONS keep-alive connections and prints "ready", then reads commands from stdin, one
 per line: a number N sends N requests back to back on every connection (`GET /v1/nodes` with
 Basic credentials of USER and a password never sent before, PREFIX and a counter: a guessing
-attack, so that no request can share another's verification), and when every answer is in
-prints one JSON line {"status": count, ..., "reconnects": n} (status "0": the connection
-failed, it is reopened for the next request; a connection found closed before a request got
-any answer is reopened and the request sent again once, counted in "reconnects"). End of input
-ends it. One thread and non-blocking sockets, under SCHED_IDLE once ready, so the flood costs
-little CPU next to what it measures: the load generator is not the system under test.
+attack, so that no request can share another's verification), "N bare" the same requests without
+credentials (the control: each is answered 401 at once, nothing to verify), and when every
+answer is in prints one JSON line {"status": count, ..., "reconnects": n} (status "0": the
+connection failed, it is reopened for the next request; a connection found closed before a
+request got any answer is reopened and the request sent again once, counted in "reconnects").
+End of input ends it. One thread and non-blocking sockets, under SCHED_IDLE once ready, so the
+flood costs little CPU next to what it measures: the load generator is not the system under test.
 """
 
 import base64
@@ -27,7 +28,11 @@ def main():
     conns = int(sys.argv[5])
     guesses = itertools.count()
 
+    bare = False
+
     def request():
+        if bare:
+            return f"GET /v1/nodes HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
         token = base64.b64encode(f"{user}:{prefix}{next(guesses)}".encode()).decode()
         return (f"GET /v1/nodes HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {token}\r\n"
                 "\r\n").encode()
@@ -91,7 +96,8 @@ def main():
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     print("ready", flush=True)
     for line in sys.stdin:
-        per = int(line)
+        words = line.split()
+        per, bare = int(words[0]), words[1:] == ["bare"]
         counts, pending, reconnects = {}, 0, 0
 
         def record(c, status):
