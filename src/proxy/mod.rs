@@ -18,6 +18,7 @@ pub(crate) mod pool;
 pub(crate) mod response;
 mod retry;
 pub mod route;
+mod timer;
 pub(crate) mod upstream;
 
 pub(crate) use error::{json_response, Blame, Gateway, ProxyError};
@@ -58,6 +59,8 @@ pub struct ConnInfo {
     /// The identity in `X-Forwarded-Client-Cert` form, computed once per connection.
     pub xfcc: Option<HeaderValue>,
     pub tls: bool,
+    /// The `upstream_timeout` timer its requests reuse (see [`timer`]).
+    pub upstream_timer: timer::UpstreamTimer,
 }
 
 impl ConnInfo {
@@ -215,7 +218,8 @@ impl Proxy {
         let framing =
             headers::check_framing(req.version(), req.headers()).map_err(ProxyError::BadRequest)?;
         let (mut parts, incoming) = req.into_parts();
-        let body_deadline = Instant::now() + self.limits.body_timeout;
+        // Read from the clock only for a body to read (a GET has none).
+        let body_deadline = || Instant::now() + self.limits.body_timeout;
         let cut: CutSlot = CutSlot::default();
         let max = self.limits.max_body_bytes;
         let body = match framing {
@@ -223,7 +227,7 @@ impl Proxy {
             Framing::Length(0) => RequestBody::empty(),
             Framing::None if incoming.is_end_stream() => RequestBody::empty(),
             Framing::Length(n) if n <= BUFFER_LIMIT => {
-                let limited = Limited::new(incoming, max, body_deadline, cut.clone());
+                let limited = Limited::new(incoming, max, body_deadline(), cut.clone());
                 match limited.collect().await {
                     Ok(c) => RequestBody::Full(Some(c.to_bytes())),
                     Err(_) => {
@@ -234,13 +238,13 @@ impl Proxy {
             }
             Framing::Length(_) => RequestBody::Stream(
                 None,
-                Box::pin(Limited::new(incoming, max, body_deadline, cut.clone())),
+                Box::pin(Limited::new(incoming, max, body_deadline(), cut.clone())),
             ),
             // Chunked, or HTTP/2 without a length: buffered like a known small length until it
             // ends or passes BUFFER_LIMIT, so that a malformed or slow small body never reaches
             // the upstream and a small one can be retried.
             Framing::Chunked | Framing::None => {
-                let limited = Box::pin(Limited::new(incoming, max, body_deadline, cut.clone()));
+                let limited = Box::pin(Limited::new(incoming, max, body_deadline(), cut.clone()));
                 buffer_prefix(limited, &cut, max).await?
             }
         };
@@ -282,7 +286,8 @@ impl Proxy {
             // GET and HEAD only; a body sent with one is not forwarded.
             route::Decision::Find(finder) => return finder.find(parts, via_proxy).await,
         };
-        retry::send(self, parts, body, via_proxy, &cut, upstream).await
+        let timer = &conn.upstream_timer;
+        retry::send(self, parts, body, via_proxy, &cut, upstream, timer).await
     }
 
     fn count_peer_tls_failure(&self, e: &upstream::SendError, upstream: &str) {

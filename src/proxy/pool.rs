@@ -220,17 +220,18 @@ impl Pool {
 
     /// Picks the next endpoint for a request, given the slots already tried.
     pub fn pick(&self, tried: &[Slot], via_proxy: bool) -> Option<(Slot, Arc<Member>)> {
-        let now = Instant::now();
         if let Some(local) = &self.local {
             let untried = !tried.contains(&Slot::Local);
+            // A sidecar's lone `local` is picked without reading the clock.
             let alone = !self.has_dns || via_proxy;
-            if untried && (alone || local.health.is_available(now)) {
+            if untried && (alone || local.health.is_available(Instant::now())) {
                 return Some((Slot::Local, local.clone()));
             }
         }
         if via_proxy {
             return None;
         }
+        let now = Instant::now();
         let peers = self.peers.load();
         let exclude: smallvec::SmallVec<[usize; 4]> = tried
             .iter()

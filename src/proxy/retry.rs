@@ -10,6 +10,7 @@
 use super::body::{CutSlot, RequestBody};
 use super::pool::{Member, Pool, Slot};
 use super::response::ResponseBody;
+use super::timer::{TimedOut, UpstreamTimer};
 use super::upstream::{SendError, UpstreamBody};
 use super::{cut_error, headers, Gateway, Proxy, ProxyError};
 use http::{Request, Response};
@@ -30,7 +31,7 @@ enum Outcome {
 /// follow (tries and time left, another endpoint, a replayable body); without it a gateway
 /// error from the upstream is relayed as it is, not turned into our 502.
 fn classify(
-    tried: Result<Result<Response<UpstreamBody>, SendError>, tokio::time::error::Elapsed>,
+    tried: Result<Result<Response<UpstreamBody>, SendError>, TimedOut>,
     member: &Member,
     replayable_method: bool,
     more: bool,
@@ -92,9 +93,12 @@ pub(super) async fn send(
     via_proxy: bool,
     cut: &CutSlot,
     upstream: &Pool,
+    timer: &UpstreamTimer,
 ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
     let limits = &proxy.limits;
-    let deadline = Instant::now() + limits.upstream_timeout;
+    let first_sent = Instant::now();
+    let deadline = first_sent + limits.upstream_timeout;
+    let mut timer = timer.lease(deadline);
     let replayable_method = headers::is_replayable(&parts.method);
     let mut tried: SmallVec<[Slot; 4]> = SmallVec::new();
     let mut last_err: Option<ProxyError> = None;
@@ -122,8 +126,12 @@ pub(super) async fn send(
         };
         let req = Request::from_parts(head, std::mem::replace(&mut body, RequestBody::empty()));
         let endpoint = &member.endpoint;
-        let sent = Instant::now();
-        let tried_once = tokio::time::timeout_at(deadline, endpoint.send(req)).await;
+        let sent = if tried.len() == 1 {
+            first_sent
+        } else {
+            Instant::now()
+        };
+        let tried_once = timer.run(endpoint.send(req)).await;
         match &tried_once {
             Ok(Ok(_)) => proxy.upstream_latency[role].observe(sent.elapsed().as_secs_f64()),
             Ok(Err(e)) => {

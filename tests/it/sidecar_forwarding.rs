@@ -719,6 +719,33 @@ fn slow_upstream_gives_504_and_the_proxy_keeps_serving() {
     assert_eq!(r.status, 200);
     let mut c2 = HttpConn::tls(proxy.addr("api"), cfg).unwrap();
     assert_eq!(c2.get("/fast2").unwrap().status, 200);
+
+    // The connection's requests share one timer, reset for each (src/proxy/timer.rs): a slow
+    // answer inside the timeout is relayed, after a deadline that fired and after one that
+    // passed while the connection was idle; the next stall gets its full second again.
+    let r = c.get("/slow?delay_ms=500").unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = c.get("/slow?delay_ms=600").unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let t = Instant::now();
+    let r = c.get("/slow?delay_ms=10000").unwrap();
+    let took = t.elapsed();
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(6),
+        "second 504 after {took:?}, upstream_timeout is 1s"
+    );
     let paths: Vec<String> = up.all().iter().map(|r| r.path.clone()).collect();
-    assert_eq!(paths, ["/slow?delay_ms=10000", "/fast", "/fast2"]);
+    assert_eq!(
+        paths,
+        [
+            "/slow?delay_ms=10000",
+            "/fast",
+            "/fast2",
+            "/slow?delay_ms=500",
+            "/slow?delay_ms=600",
+            "/slow?delay_ms=10000"
+        ]
+    );
 }
