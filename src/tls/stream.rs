@@ -7,11 +7,14 @@
 //! unbuffered API leaves the buffers to the caller, so this stream owns three:
 //!
 //! - `incoming`: ciphertext read from the socket and not yet processed. Empty (no allocation)
-//!   between records: a read into an empty buffer lands on the stack first and only what
-//!   arrived is copied to the heap, so a connection waiting for its next request holds nothing.
+//!   between records: a read into an empty buffer lands on the stack, is decrypted there, and
+//!   only what rustls cannot process yet (part of a record) is copied to the heap, so a
+//!   connection waiting for its next request holds nothing and a small request allocates none.
 //! - `plain`: decrypted bytes that did not fit the reader's buffer; usually never allocated
 //!   (hyper reads into 8 KiB or more, a record carries at most 16 KiB).
 //! - `outgoing`: encrypted bytes not yet written; allocated for one write, freed once flushed.
+//!   A write of up to 4 KiB is sealed on the stack and sent from there: `outgoing` then holds
+//!   only what the socket did not take at once.
 //!
 //! Written by hand because no maintained crate offers it: tokio-rustls wraps only the buffered
 //! API. The protocol itself (records, keys, alerts, close_notify) stays rustls'; this module
@@ -34,6 +37,9 @@ const FIRST_READ: usize = 4096;
 
 /// Vectored writes of up to this many bytes in all are gathered on the stack.
 const GATHER_ON_STACK: usize = 4096;
+
+/// Records of up to this many bytes in all are sealed on the stack and sent from there.
+const SEAL_ON_STACK: usize = 4096 + 64;
 
 /// The most plaintext encrypted per `poll_write`: four full records.
 const MAX_WRITE: usize = 4 * 16384;
@@ -165,13 +171,43 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
     fn step(
         &mut self,
         cx: &mut Context<'_>,
-        mut read: Option<&mut ReadBuf<'_>>,
+        read: Option<&mut ReadBuf<'_>>,
         write: Option<&[u8]>,
     ) -> io::Result<Step> {
+        let mut incoming = std::mem::take(&mut self.incoming);
+        let (discard, step) = self.step_in(&mut incoming, cx, read, write);
+        self.incoming = incoming;
+        finish(&mut self.incoming, discard, step)
+    }
+
+    /// [`Self::step`] on records read into a buffer of the caller's (the stack) while
+    /// `incoming` was empty: what rustls does not consume (part of a record) goes to
+    /// `incoming`.
+    fn step_on(
+        &mut self,
+        records: &mut [u8],
+        cx: &mut Context<'_>,
+        read: Option<&mut ReadBuf<'_>>,
+    ) -> io::Result<Step> {
+        debug_assert!(self.incoming.is_empty());
+        let (discard, step) = self.step_in(records, cx, read, None);
+        self.incoming
+            .extend_from_slice(&records[discard.min(records.len())..]);
+        step
+    }
+
+    /// The work of [`Self::step`] on `records`: how many of their bytes rustls is done with
+    /// (the caller discards them, error or not), and the step.
+    fn step_in(
+        &mut self,
+        records: &mut [u8],
+        cx: &mut Context<'_>,
+        mut read: Option<&mut ReadBuf<'_>>,
+        write: Option<&[u8]>,
+    ) -> (usize, io::Result<Step>) {
         let Self {
             io,
             conn,
-            incoming,
             plain,
             outgoing,
             sent,
@@ -181,27 +217,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         } = self;
         if *failed {
             // rustls must not see the records again (it would fail on them twice).
-            return Err(io::Error::other("TLS session failed"));
+            return (0, Err(io::Error::other("TLS session failed")));
         }
-        let status = conn.process_tls_records(incoming);
+        let status = conn.process_tls_records(records);
         let mut discard = status.discard;
         let state = match status.state {
             Ok(state) => state,
             Err(e) => {
-                incoming.drain(..discard);
                 *failed = true;
-                return Err(invalid(e));
+                return (discard, Err(invalid(e)));
             }
         };
         let step = match state {
-            ConnectionState::ReadTraffic(mut records) => {
-                while let Some(record) = records.next_record() {
+            ConnectionState::ReadTraffic(mut traffic) => {
+                while let Some(record) = traffic.next_record() {
                     let record = match record {
                         Ok(record) => record,
                         Err(e) => {
-                            drop(records);
                             *failed = true;
-                            return Err(invalid(e));
+                            return (discard, Err(invalid(e)));
                         }
                     };
                     discard += record.discard;
@@ -216,18 +250,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                 Step::Again
             }
             ConnectionState::EncodeTlsData(mut record) => {
-                grow(outgoing, 512, |out| record.encode(out).map_err(encode_size))?;
+                if let Err(e) = grow(outgoing, 512, |out| record.encode(out).map_err(encode_size)) {
+                    return (discard, Err(e));
+                }
                 Step::Again
             }
             ConnectionState::TransmitTlsData(done) => {
                 match poll_write_all(io, cx, outgoing, sent) {
                     Poll::Ready(Ok(())) => done.done(),
                     // Asked again once the socket takes more: rustls keeps the state.
-                    Poll::Pending => return finish(incoming, discard, Step::WriteBlocked),
-                    Poll::Ready(Err(e)) => {
-                        incoming.drain(..discard);
-                        return Err(e);
-                    }
+                    Poll::Pending => return (discard, Ok(Step::WriteBlocked)),
+                    Poll::Ready(Err(e)) => return (discard, Err(e)),
                 }
                 Step::Again
             }
@@ -236,9 +269,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                     let n = data.len().min(MAX_WRITE);
                     // Each record adds a header, a content type and a tag (22 bytes in TLS 1.3).
                     let room = n + (n / 16384 + 1) * 64;
-                    grow(outgoing, room, |out| {
+                    if room <= SEAL_ON_STACK && outgoing.is_empty() {
+                        // A small write (most of Ironic's answers): sealed on the stack and
+                        // sent from there; only what the socket does not take now is kept.
+                        let mut stack = [MaybeUninit::<u8>::uninit(); SEAL_ON_STACK];
+                        let mut sealed = ReadBuf::uninit(&mut stack[..]);
+                        match traffic.encrypt(&data[..n], sealed.initialize_unfilled_to(room)) {
+                            Ok(len) => {
+                                sealed.advance(len);
+                                let sent = send_or_keep(io, cx, sealed.filled(), outgoing, sent);
+                                return (discard, sent.map(|()| Step::CanWrite { wrote: n }));
+                            }
+                            // Too small after all (a larger record overhead): the heap.
+                            Err(e) => {
+                                if let Err(e) = encrypt_size(e) {
+                                    return (discard, Err(e));
+                                }
+                            }
+                        }
+                    }
+                    let sealed = grow(outgoing, room, |out| {
                         traffic.encrypt(&data[..n], out).map_err(encrypt_size)
-                    })?;
+                    });
+                    if let Err(e) = sealed {
+                        return (discard, Err(e));
+                    }
                     Step::CanWrite { wrote: n }
                 }
                 _ => Step::CanWrite { wrote: 0 },
@@ -252,12 +307,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             }
             // Early data is never enabled (`max_early_data_size` is 0); anything else is a
             // state this rustls version added.
-            _ => {
-                incoming.drain(..discard);
-                return Err(io::Error::other("unexpected TLS state"));
-            }
+            _ => return (discard, Err(io::Error::other("unexpected TLS state"))),
         };
-        finish(incoming, discard, step)
+        (discard, Ok(step))
     }
 
     /// Reads from the socket into `incoming`: the rest of a started record, or whatever
@@ -329,13 +381,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
 }
 
 /// Discards what rustls is done with, then gives `step`.
-fn finish(incoming: &mut Vec<u8>, discard: usize, step: Step) -> io::Result<Step> {
-    incoming.drain(..discard);
+fn finish(incoming: &mut Vec<u8>, discard: usize, step: io::Result<Step>) -> io::Result<Step> {
+    incoming.drain(..discard.min(incoming.len()));
     if incoming.is_empty() {
         // Nothing held between records.
         *incoming = Vec::new();
     }
-    Ok(step)
+    step
 }
 
 /// Appends to `out` what `fill` writes into room after its end: `room` bytes first, then the
@@ -380,6 +432,29 @@ fn encrypt_size(e: EncryptError) -> Result<usize, io::Error> {
         }
         e => Err(io::Error::other(e.to_string())),
     }
+}
+
+/// Writes `records` to `io` as far as the socket takes them now, and keeps the rest in `out`
+/// (empty on entry) for [`poll_write_all`]. A socket that is full registers the task's wake-up.
+fn send_or_keep<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    cx: &mut Context<'_>,
+    records: &[u8],
+    out: &mut Vec<u8>,
+    sent: &mut usize,
+) -> io::Result<()> {
+    let mut at = 0;
+    while at < records.len() {
+        match Pin::new(&mut *io).poll_write(cx, &records[at..]) {
+            Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Poll::Ready(Ok(k)) => at += k,
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => break,
+        }
+    }
+    out.extend_from_slice(&records[at..]);
+    *sent = 0;
+    Ok(())
 }
 
 /// Writes `out[*sent..]` to `io`; once all of it is written, frees `out`.
@@ -428,10 +503,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ServerStream<S> {
                 Step::Again if buf.filled().len() > before => return Poll::Ready(Ok(())),
                 Step::Again => {}
                 Step::WriteBlocked => return Poll::Pending,
-                Step::NeedRead | Step::CanWrite { .. } => {
-                    if ready!(this.poll_fill(cx))? == 0 {
+                Step::NeedRead | Step::CanWrite { .. } if this.incoming.is_empty() => {
+                    // Between records (a keep-alive connection's next request): read on the
+                    // stack and decrypt there; only part of a record goes to `incoming`.
+                    let mut stack = [MaybeUninit::<u8>::uninit(); FIRST_READ];
+                    let mut records = ReadBuf::uninit(&mut stack[..]);
+                    ready!(Pin::new(&mut this.io).poll_read(cx, &mut records))?;
+                    if records.filled().is_empty() {
                         // The socket's end without close_notify: end of stream all the same
                         // (hyper's framing tells a cut message from a whole one).
+                        this.read_closed = true;
+                        continue;
+                    }
+                    match this.step_on(records.filled_mut(), cx, Some(buf))? {
+                        Step::Again if buf.filled().len() > before => return Poll::Ready(Ok(())),
+                        Step::WriteBlocked => return Poll::Pending,
+                        _ => {}
+                    }
+                }
+                Step::NeedRead | Step::CanWrite { .. } => {
+                    if ready!(this.poll_fill(cx))? == 0 {
                         this.read_closed = true;
                     }
                 }
@@ -515,7 +606,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
                     traffic.queue_close_notify(out).map_err(encrypt_size)
                 });
             }
-            finish(incoming, discard, Step::Again)?;
+            finish(incoming, discard, Ok(Step::Again))?;
             this.close_queued = true;
         }
         ready!(this.poll_send(cx))?;
@@ -663,6 +754,89 @@ mod tests {
                 let mut got = Vec::new();
                 client.read_to_end(&mut got).await.unwrap();
                 got
+            }
+        );
+        assert!(
+            got == expected,
+            "{} bytes, expected {}",
+            got.len(),
+            expected.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn small_writes_sealed_on_the_stack_survive_a_full_socket() {
+        // A 1,000-byte pipe: a small write's records are partly taken, or not at all, and the
+        // rest waits in `outgoing`. Sizes around the stack's limit (4,096 bytes of plaintext
+        // fit, 4,097 go to the heap) and below it.
+        let (mut server, mut client) = pair(1000).await;
+        let sizes = [1, 150, 999, 1000, 1001, 3000, 4095, 4096, 4097, 150, 4096];
+        let writes: Vec<Vec<u8>> = (0..200)
+            .map(|i| pattern(sizes[i % sizes.len()], i as u8))
+            .collect();
+        let expected = writes.concat();
+        let (_, got) = tokio::join!(
+            async {
+                for w in &writes {
+                    server.write_all(w).await.unwrap();
+                }
+                server.flush().await.unwrap();
+                assert_eq!(server.held(), 0, "nothing kept once flushed");
+                server.shutdown().await.unwrap();
+            },
+            async {
+                let mut got = Vec::new();
+                client.read_to_end(&mut got).await.unwrap();
+                got
+            }
+        );
+        assert!(
+            got == expected,
+            "{} bytes, expected {}",
+            got.len(),
+            expected.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn small_records_read_on_the_stack_arrive_whole_across_key_updates() {
+        // Small records, several to a socket read and some split between two, with key updates
+        // from the client among them (each asks the server for one in return, encoded while it
+        // reads). Read with buffers of assorted sizes, so plaintext also waits in `plain`.
+        let (mut server, mut client) = pair(64 * 1024).await;
+        let writes: Vec<Vec<u8>> = (0..300)
+            .map(|i| pattern([1, 90, 700, 1500, 2999][i % 5], i as u8))
+            .collect();
+        let expected = writes.concat();
+        let (got, ()) = tokio::join!(
+            async {
+                let mut got = Vec::new();
+                let mut sizes = [7, 100, 4096, 16384, 300].into_iter().cycle();
+                while got.len() < expected.len() {
+                    let mut buf = vec![0u8; sizes.next().unwrap()];
+                    let n = server.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "end of stream after {} bytes", got.len());
+                    got.extend_from_slice(&buf[..n]);
+                }
+                server.write_all(b"done").await.unwrap();
+                server.flush().await.unwrap();
+                assert_eq!(server.held(), 0, "nothing kept between records");
+                got
+            },
+            async {
+                for (i, w) in writes.iter().enumerate() {
+                    if i % 25 == 24 {
+                        client.get_mut().1.refresh_traffic_keys().unwrap();
+                    }
+                    client.write_all(w).await.unwrap();
+                    if i % 3 == 0 {
+                        client.flush().await.unwrap();
+                    }
+                }
+                client.flush().await.unwrap();
+                let mut answer = [0u8; 4];
+                client.read_exact(&mut answer).await.unwrap();
+                assert_eq!(&answer, b"done");
             }
         );
         assert!(
