@@ -662,6 +662,22 @@ mod tests {
         (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
     }
 
+    async fn read_all(client: &mut Client) -> Vec<u8> {
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        got
+    }
+
+    /// Compares without printing megabytes on failure.
+    fn assert_same(got: &[u8], expected: &[u8]) {
+        assert!(
+            got == expected,
+            "{} bytes, expected {}",
+            got.len(),
+            expected.len()
+        );
+    }
+
     #[tokio::test]
     async fn data_crosses_both_ways_whole_and_an_idle_stream_holds_no_buffer() {
         // A small pipe: writes meet a full socket, records arrive in pieces.
@@ -750,18 +766,9 @@ mod tests {
                 server.flush().await.unwrap();
                 server.shutdown().await.unwrap();
             },
-            async {
-                let mut got = Vec::new();
-                client.read_to_end(&mut got).await.unwrap();
-                got
-            }
+            read_all(&mut client)
         );
-        assert!(
-            got == expected,
-            "{} bytes, expected {}",
-            got.len(),
-            expected.len()
-        );
+        assert_same(&got, &expected);
     }
 
     #[tokio::test]
@@ -784,18 +791,9 @@ mod tests {
                 assert_eq!(server.held(), 0, "nothing kept once flushed");
                 server.shutdown().await.unwrap();
             },
-            async {
-                let mut got = Vec::new();
-                client.read_to_end(&mut got).await.unwrap();
-                got
-            }
+            read_all(&mut client)
         );
-        assert!(
-            got == expected,
-            "{} bytes, expected {}",
-            got.len(),
-            expected.len()
-        );
+        assert_same(&got, &expected);
     }
 
     #[tokio::test]
@@ -839,12 +837,7 @@ mod tests {
                 assert_eq!(&answer, b"done");
             }
         );
-        assert!(
-            got == expected,
-            "{} bytes, expected {}",
-            got.len(),
-            expected.len()
-        );
+        assert_same(&got, &expected);
     }
 
     #[tokio::test]
