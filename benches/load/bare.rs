@@ -12,7 +12,9 @@
 //!
 //! Usage: `bare-proxy LISTEN CERT KEY UPSTREAM_SOCKET` (TLS 1.3, current-thread runtime).
 
-use rustls_pki_types::pem::PemObject;
+#[path = "reference.rs"]
+mod reference;
+
 use std::io;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -151,23 +153,8 @@ async fn connection(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [listen, cert, key, socket] = args.as_slice() else {
-        return Err("usage: bare-proxy LISTEN CERT KEY UPSTREAM_SOCKET".into());
-    };
-    let chain = rustls_pki_types::CertificateDer::pem_file_iter(cert)?.collect::<Result<_, _>>()?;
-    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(key)?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(serve(listen, acceptor, socket.as_str().into()))?;
+    let (listen, acceptor, socket) = reference::start("bare-proxy")?;
+    reference::runtime()?.block_on(serve(&listen, acceptor, socket))?;
     Ok(())
 }
 
