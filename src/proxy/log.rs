@@ -245,7 +245,7 @@ impl OnEnd for Record {
             path_cut,
             status: self.status,
             bytes,
-            duration_ms: elapsed.as_secs_f64() * 1000.0,
+            duration_ms: millis(elapsed),
             upstream: self.upstream.as_deref().unwrap_or("-"),
             rpc_method: rpc_method.unwrap_or("-"),
             blame: self.blame.map_or("-", |b| match b {
@@ -265,9 +265,43 @@ impl OnEnd for Record {
     }
 }
 
+/// `d` in milliseconds, the nearest `f64` to its exact value, so that a log line reads
+/// `1.622804`, not `1.6228040000000001` (what `as_secs_f64() * 1000.0` rounds to, twice).
+fn millis(d: std::time::Duration) -> f64 {
+    // Exact below 2^53 ns (104 days): one rounding, in the division.
+    #[allow(clippy::cast_precision_loss)]
+    let ns = d.as_nanos() as f64;
+    ns / 1e6
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{bounded_path, identity_name, IpText};
+    use super::{bounded_path, identity_name, millis, IpText};
+    use std::time::Duration;
+
+    #[test]
+    fn durations_print_with_the_digits_they_have() {
+        for (ns, text) in [
+            (1_622_804, "1.622804"),
+            (2_304_244, "2.304244"),
+            (1_000, "0.001"),
+            (1, "1e-6"),
+            (0, "0.0"),
+            (12_345_678_901_234, "12345678.901234"),
+        ] {
+            let ms = millis(Duration::from_nanos(ns));
+            assert_eq!(format!("{ms:?}"), text, "{ns} ns");
+            assert_eq!(serde_json::to_string(&ms).unwrap(), text, "JSON");
+        }
+        // What the old arithmetic gave for the first one.
+        assert_ne!(
+            format!(
+                "{:?}",
+                Duration::from_nanos(1_622_804).as_secs_f64() * 1000.0
+            ),
+            "1.622804"
+        );
+    }
     use crate::tls::ClientIdentity;
 
     #[test]
