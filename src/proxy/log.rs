@@ -277,6 +277,7 @@ fn millis(d: std::time::Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::{bounded_path, identity_name, millis, IpText};
+    use crate::tls::ClientIdentity;
     use std::time::Duration;
 
     #[test]
@@ -302,7 +303,6 @@ mod tests {
             "1.622804"
         );
     }
-    use crate::tls::ClientIdentity;
 
     #[test]
     fn identity_name_is_display_name_without_allocating() {
