@@ -303,6 +303,13 @@ impl Gate {
                 };
             }
         };
+        // A leader that verified these credentials may have ended between the cache look above
+        // and `join`: it filled the cache before it left, so a second look finds its answer
+        // instead of a second bcrypt run.
+        if self.cache.contains(generation.number, &tag) {
+            leader.finish(true);
+            return Outcome::OkCached;
+        }
         let limiter = Limiter::global();
         let Some(permit) = limiter.acquire().await else {
             return Outcome::QueueFull;
