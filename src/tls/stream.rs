@@ -65,6 +65,12 @@ pub(crate) struct ServerStream<S> {
     close_queued: bool,
     /// rustls failed (a bad record, an alert from the peer): nothing more is processed.
     failed: bool,
+    /// rustls' last state was `ReadTraffic` (all of it taken) or `WriteTraffic`: asked again
+    /// with no new bytes, it would say `WriteTraffic` (see [`ServerStream::quiet`]).
+    settled: bool,
+    /// Calls into rustls, for the test that counts them per keep-alive request.
+    #[cfg(test)]
+    calls: usize,
 }
 
 /// What processing the records in `incoming` led to.
@@ -98,6 +104,9 @@ where
         read_closed: false,
         close_queued: false,
         failed: false,
+        settled: false,
+        #[cfg(test)]
+        calls: 0,
     };
     std::future::poll_fn(|cx| stream.poll_handshake(cx)).await?;
     Ok(stream)
@@ -111,6 +120,20 @@ impl<S> ServerStream<S> {
     /// The TLS session: negotiated protocol, the client's certificates.
     pub(crate) fn session(&self) -> &UnbufferedServerConnection {
         &self.conn
+    }
+
+    /// Nothing for rustls to do until bytes arrive, so a read goes to the socket without asking
+    /// it: its last state gave plaintext or room to write, it has every byte it was given
+    /// (`incoming` empty), has queued no message since (processing a key update, or an
+    /// encryption near the key's limit, queues one) and has none encoded but unsent
+    /// (`outgoing` empty). rustls' loop (`process_tls_records`) would then find no plaintext,
+    /// nothing to encode or transmit, no record and no close_notify edge, and answer
+    /// `WriteTraffic`: that was three of a keep-alive request's five calls into rustls.
+    fn quiet(&self) -> bool {
+        self.settled
+            && self.incoming.is_empty()
+            && self.outgoing.is_empty()
+            && !self.conn.wants_write()
     }
 
     /// Bytes held in this stream's buffers (for the tests of what an idle stream holds).
@@ -205,6 +228,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         mut read: Option<&mut ReadBuf<'_>>,
         write: Option<&[u8]>,
     ) -> (usize, io::Result<Step>) {
+        #[cfg(test)]
+        {
+            self.calls += 1;
+        }
         let Self {
             io,
             conn,
@@ -213,8 +240,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             sent,
             read_closed,
             failed,
+            settled,
             ..
         } = self;
+        *settled = false;
         if *failed {
             // rustls must not see the records again (it would fail on them twice).
             return (0, Err(io::Error::other("TLS session failed")));
@@ -247,6 +276,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                     }
                     plain.extend_from_slice(payload);
                 }
+                // Every record it had decrypted is taken; what it has not looked at yet stays
+                // in `incoming` (so the stream is not quiet while any does).
+                *settled = true;
                 Step::Again
             }
             ConnectionState::EncodeTlsData(mut record) => {
@@ -264,40 +296,44 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                 }
                 Step::Again
             }
-            ConnectionState::WriteTraffic(mut traffic) => match write {
-                Some(data) if !data.is_empty() => {
-                    let n = data.len().min(MAX_WRITE);
-                    // Each record adds a header, a content type and a tag (22 bytes in TLS 1.3).
-                    let room = n + (n / 16384 + 1) * 64;
-                    if room <= SEAL_ON_STACK && outgoing.is_empty() {
-                        // A small write (most of Ironic's answers): sealed on the stack and
-                        // sent from there; only what the socket does not take now is kept.
-                        let mut stack = [MaybeUninit::<u8>::uninit(); SEAL_ON_STACK];
-                        let mut sealed = ReadBuf::uninit(&mut stack[..]);
-                        match traffic.encrypt(&data[..n], sealed.initialize_unfilled_to(room)) {
-                            Ok(len) => {
-                                sealed.advance(len);
-                                let sent = send_or_keep(io, cx, sealed.filled(), outgoing, sent);
-                                return (discard, sent.map(|()| Step::CanWrite { wrote: n }));
-                            }
-                            // Too small after all (a larger record overhead): the heap.
-                            Err(e) => {
-                                if let Err(e) = encrypt_size(e) {
-                                    return (discard, Err(e));
+            ConnectionState::WriteTraffic(mut traffic) => {
+                *settled = true;
+                match write {
+                    Some(data) if !data.is_empty() => {
+                        let n = data.len().min(MAX_WRITE);
+                        // Each record adds a header, a content type and a tag (22 bytes in TLS 1.3).
+                        let room = n + (n / 16384 + 1) * 64;
+                        if room <= SEAL_ON_STACK && outgoing.is_empty() {
+                            // A small write (most of Ironic's answers): sealed on the stack and
+                            // sent from there; only what the socket does not take now is kept.
+                            let mut stack = [MaybeUninit::<u8>::uninit(); SEAL_ON_STACK];
+                            let mut sealed = ReadBuf::uninit(&mut stack[..]);
+                            match traffic.encrypt(&data[..n], sealed.initialize_unfilled_to(room)) {
+                                Ok(len) => {
+                                    sealed.advance(len);
+                                    let sent =
+                                        send_or_keep(io, cx, sealed.filled(), outgoing, sent);
+                                    return (discard, sent.map(|()| Step::CanWrite { wrote: n }));
+                                }
+                                // Too small after all (a larger record overhead): the heap.
+                                Err(e) => {
+                                    if let Err(e) = encrypt_size(e) {
+                                        return (discard, Err(e));
+                                    }
                                 }
                             }
                         }
+                        let sealed = grow(outgoing, room, |out| {
+                            traffic.encrypt(&data[..n], out).map_err(encrypt_size)
+                        });
+                        if let Err(e) = sealed {
+                            return (discard, Err(e));
+                        }
+                        Step::CanWrite { wrote: n }
                     }
-                    let sealed = grow(outgoing, room, |out| {
-                        traffic.encrypt(&data[..n], out).map_err(encrypt_size)
-                    });
-                    if let Err(e) = sealed {
-                        return (discard, Err(e));
-                    }
-                    Step::CanWrite { wrote: n }
+                    _ => Step::CanWrite { wrote: 0 },
                 }
-                _ => Step::CanWrite { wrote: 0 },
-            },
+            }
             ConnectionState::BlockedHandshake => Step::NeedRead,
             // Edge-triggered; `Closed` follows our own close_notify, after which nothing is
             // written (`close_queued`).
@@ -499,7 +535,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ServerStream<S> {
                 return Poll::Ready(Ok(()));
             }
             let before = buf.filled().len();
-            match this.step(cx, Some(buf), None)? {
+            let step = if this.quiet() {
+                Step::NeedRead
+            } else {
+                this.step(cx, Some(buf), None)?
+            };
+            match step {
                 Step::Again if buf.filled().len() > before => return Poll::Ready(Ok(())),
                 Step::Again => {}
                 Step::WriteBlocked => return Poll::Pending,
@@ -591,6 +632,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
         let this = self.get_mut();
         if !this.close_queued && !this.failed {
             ready!(this.poll_send(cx))?;
+            // rustls' state changes here, outside `step_in`.
+            this.settled = false;
             let Self {
                 conn,
                 incoming,
@@ -838,6 +881,61 @@ mod tests {
             }
         );
         assert_same(&got, &expected);
+    }
+
+    /// Polls one read: true when it is pending (nothing to read yet).
+    async fn nothing_to_read(server: &mut ServerStream<DuplexStream>) -> bool {
+        let mut room = [0u8; 64];
+        std::future::poll_fn(|cx| {
+            let mut buf = ReadBuf::new(&mut room);
+            Poll::Ready(Pin::new(&mut *server).poll_read(cx, &mut buf).is_pending())
+        })
+        .await
+    }
+
+    /// One request in and one answer out, with a look for the next request after each.
+    async fn keep_alive_exchange(server: &mut ServerStream<DuplexStream>, client: &mut Client) {
+        let request = b"GET /v1/nodes HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        let answer = pattern(200, 3);
+        client.write_all(request).await.unwrap();
+        client.flush().await.unwrap();
+        let mut buf = [0u8; 64];
+        let n = server.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], request);
+        assert!(nothing_to_read(server).await);
+        server.write_all(&answer).await.unwrap();
+        server.flush().await.unwrap();
+        assert!(nothing_to_read(server).await);
+        let mut got = vec![0u8; answer.len()];
+        client.read_exact(&mut got).await.unwrap();
+        assert_same(&got, &answer);
+    }
+
+    #[tokio::test]
+    async fn a_keep_alive_exchange_asks_rustls_once_each_way() {
+        // A keep-alive connection as hyper drives it: read a request, look for the next one
+        // (none yet), write the answer, look again. rustls decrypts the request and encrypts
+        // the answer; the looks in between go to the socket without asking it (five calls
+        // into rustls per exchange before `quiet`).
+        let (mut server, mut client) = pair(64 * 1024).await;
+        keep_alive_exchange(&mut server, &mut client).await;
+        let before = server.calls;
+        for _ in 0..20 {
+            keep_alive_exchange(&mut server, &mut client).await;
+        }
+        assert_eq!(
+            server.calls - before,
+            40,
+            "calls into rustls for 20 exchanges"
+        );
+        // A key update from the client while the stream is quiet: the request after it is
+        // read under the new key, and the answer (after rustls' own key update, which it
+        // sends ahead of it) is read by the client.
+        for _ in 0..3 {
+            client.get_mut().1.refresh_traffic_keys().unwrap();
+            keep_alive_exchange(&mut server, &mut client).await;
+        }
+        assert_eq!(server.held(), 0, "nothing kept between exchanges");
     }
 
     #[tokio::test]
