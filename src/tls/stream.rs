@@ -123,14 +123,15 @@ impl<S> ServerStream<S> {
     }
 
     /// Nothing for rustls to do until bytes arrive, so a read goes to the socket without asking
-    /// it: its last state gave plaintext or room to write, it has every byte it was given
-    /// (`incoming` empty), has queued no message since (processing a key update, or an
-    /// encryption near the key's limit, queues one) and has none encoded but unsent
+    /// it: it has not failed, its last state gave plaintext or room to write, it has every byte
+    /// it was given (`incoming` empty), has queued no message since (processing a key update,
+    /// or an encryption near the key's limit, queues one) and has none encoded but unsent
     /// (`outgoing` empty). rustls' loop (`process_tls_records`) would then find no plaintext,
     /// nothing to encode or transmit, no record and no close_notify edge, and answer
     /// `WriteTraffic`: that was three of a keep-alive request's five calls into rustls.
     fn quiet(&self) -> bool {
         self.settled
+            && !self.failed
             && self.incoming.is_empty()
             && self.outgoing.is_empty()
             && !self.conn.wants_write()
@@ -257,6 +258,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                 return (discard, Err(invalid(e)));
             }
         };
+        // Plaintext (all of it taken below, or the stream fails) or room to write: see `quiet`.
+        *settled = matches!(
+            state,
+            ConnectionState::ReadTraffic(_) | ConnectionState::WriteTraffic(_)
+        );
         let step = match state {
             ConnectionState::ReadTraffic(mut traffic) => {
                 while let Some(record) = traffic.next_record() {
@@ -276,9 +282,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                     }
                     plain.extend_from_slice(payload);
                 }
-                // Every record it had decrypted is taken; what it has not looked at yet stays
-                // in `incoming` (so the stream is not quiet while any does).
-                *settled = true;
                 Step::Again
             }
             ConnectionState::EncodeTlsData(mut record) => {
@@ -296,44 +299,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                 }
                 Step::Again
             }
-            ConnectionState::WriteTraffic(mut traffic) => {
-                *settled = true;
-                match write {
-                    Some(data) if !data.is_empty() => {
-                        let n = data.len().min(MAX_WRITE);
-                        // Each record adds a header, a content type and a tag (22 bytes in TLS 1.3).
-                        let room = n + (n / 16384 + 1) * 64;
-                        if room <= SEAL_ON_STACK && outgoing.is_empty() {
-                            // A small write (most of Ironic's answers): sealed on the stack and
-                            // sent from there; only what the socket does not take now is kept.
-                            let mut stack = [MaybeUninit::<u8>::uninit(); SEAL_ON_STACK];
-                            let mut sealed = ReadBuf::uninit(&mut stack[..]);
-                            match traffic.encrypt(&data[..n], sealed.initialize_unfilled_to(room)) {
-                                Ok(len) => {
-                                    sealed.advance(len);
-                                    let sent =
-                                        send_or_keep(io, cx, sealed.filled(), outgoing, sent);
-                                    return (discard, sent.map(|()| Step::CanWrite { wrote: n }));
-                                }
-                                // Too small after all (a larger record overhead): the heap.
-                                Err(e) => {
-                                    if let Err(e) = encrypt_size(e) {
-                                        return (discard, Err(e));
-                                    }
+            ConnectionState::WriteTraffic(mut traffic) => match write {
+                Some(data) if !data.is_empty() => {
+                    let n = data.len().min(MAX_WRITE);
+                    // Each record adds a header, a content type and a tag (22 bytes in TLS 1.3).
+                    let room = n + (n / 16384 + 1) * 64;
+                    if room <= SEAL_ON_STACK && outgoing.is_empty() {
+                        // A small write (most of Ironic's answers): sealed on the stack and
+                        // sent from there; only what the socket does not take now is kept.
+                        let mut stack = [MaybeUninit::<u8>::uninit(); SEAL_ON_STACK];
+                        let mut sealed = ReadBuf::uninit(&mut stack[..]);
+                        match traffic.encrypt(&data[..n], sealed.initialize_unfilled_to(room)) {
+                            Ok(len) => {
+                                sealed.advance(len);
+                                let sent = send_or_keep(io, cx, sealed.filled(), outgoing, sent);
+                                return (discard, sent.map(|()| Step::CanWrite { wrote: n }));
+                            }
+                            // Too small after all (a larger record overhead): the heap.
+                            Err(e) => {
+                                if let Err(e) = encrypt_size(e) {
+                                    return (discard, Err(e));
                                 }
                             }
                         }
-                        let sealed = grow(outgoing, room, |out| {
-                            traffic.encrypt(&data[..n], out).map_err(encrypt_size)
-                        });
-                        if let Err(e) = sealed {
-                            return (discard, Err(e));
-                        }
-                        Step::CanWrite { wrote: n }
                     }
-                    _ => Step::CanWrite { wrote: 0 },
+                    let sealed = grow(outgoing, room, |out| {
+                        traffic.encrypt(&data[..n], out).map_err(encrypt_size)
+                    });
+                    if let Err(e) = sealed {
+                        return (discard, Err(e));
+                    }
+                    Step::CanWrite { wrote: n }
                 }
-            }
+                _ => Step::CanWrite { wrote: 0 },
+            },
             ConnectionState::BlockedHandshake => Step::NeedRead,
             // Edge-triggered; `Closed` follows our own close_notify, after which nothing is
             // written (`close_queued`).
