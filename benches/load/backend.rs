@@ -3,7 +3,9 @@
 //! baseline). It must never be the bottleneck: one current-thread runtime, static bodies, no
 //! logging.
 //!
-//! `GET /small` answers 13 bytes, `GET /64k` answers 64 KiB, anything else answers `/small`'s body.
+//! `GET /small` answers 13 bytes, `GET /64k` answers 64 KiB, `POST /v1/heartbeat/...` reads the
+//! request body and answers an Ironic-sized JSON document (195 bytes; 400 if the body was empty),
+//! anything else answers `/small`'s body.
 //!
 //! `--status N` answers every request but `/health` with status N (404: an endpoint that lacks
 //! the file, for the find benchmark `benches/find/run`).
@@ -11,13 +13,16 @@
 //! Usage: `backend --unix PATH [--tcp 127.0.0.1:PORT] [--status N]`
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 
 const SMALL: &[u8] = b"{\"ok\": true}\n";
+
+/// What the Ironic-like phase gets back: about the size of a small Ironic API answer.
+const NODE: &[u8] = br#"{"uuid":"1be26c0b-03f2-4d2e-ae87-c02d7f33c123","provision_state":"deploying","target_provision_state":"active","power_state":"power on","last_error":null,"updated_at":"2026-12-03T07:00:00+00:00"}"#;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -86,17 +91,26 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let status = if req.uri().path() == "/health" {
-            200
-        } else {
-            status
-        };
-        let body = if req.uri().path() == "/64k" {
+        let path = req.uri().path();
+        let status = if path == "/health" { 200 } else { status };
+        let heartbeat = path.starts_with("/v1/heartbeat/");
+        let body = if path == "/64k" {
             big.clone()
+        } else if heartbeat {
+            Bytes::from_static(NODE)
         } else {
             Bytes::from_static(SMALL)
         };
         async move {
+            // The heartbeat's body is read whole, as Ironic's WSGI server does before it answers.
+            let status = if heartbeat {
+                match req.into_body().collect().await.map(|b| b.to_bytes()) {
+                    Ok(b) if !b.is_empty() => status,
+                    _ => 400,
+                }
+            } else {
+                status
+            };
             Ok::<_, Infallible>(
                 Response::builder()
                     .status(status)

@@ -13,7 +13,8 @@
 //!   until stdin closes or `--duration` passes.
 //!
 //! Usage: `loadgen MODE --addr 127.0.0.1:PORT [--plain] [--ca F] [--cert F --key F]
-//! [--path /small] [--conns N] [--duration S] [--rate R] [--header "Name: value"]...`
+//! [--path /small] [--conns N] [--duration S] [--rate R] [--header "Name: value"]...
+//! [--method POST --body '{"json": 1}']` (a body is sent as `application/json`).
 
 use rustls::client::Resumption;
 use rustls::pki_types::pem::PemObject;
@@ -40,6 +41,9 @@ struct Opts {
     rate: f64,
     /// Extra request header lines (`--header "Authorization: Basic ..."`).
     headers: Vec<String>,
+    method: String,
+    /// A request body, sent with `Content-Type: application/json` and its `Content-Length`.
+    body: Option<String>,
 }
 
 fn parse() -> Opts {
@@ -57,6 +61,8 @@ fn parse() -> Opts {
         duration: 3.0,
         rate: 1000.0,
         headers: Vec::new(),
+        method: "GET".into(),
+        body: None,
     };
     while let Some(k) = a.next() {
         let mut v = || {
@@ -74,6 +80,8 @@ fn parse() -> Opts {
             "--duration" => o.duration = v().parse().unwrap_or_else(|_| die("bad --duration")),
             "--rate" => o.rate = v().parse().unwrap_or_else(|_| die("bad --rate")),
             "--header" => o.headers.push(v()),
+            "--method" => o.method = v(),
+            "--body" => o.body = Some(v()),
             other => die(&format!("unknown argument {other}")),
         }
     }
@@ -246,13 +254,22 @@ impl Tally {
 }
 
 fn request_bytes(o: &Opts, close: bool) -> Vec<u8> {
-    let extra: String = o.headers.iter().map(|h| format!("{h}\r\n")).collect();
-    format!(
-        "GET {} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: loadgen\r\nAccept: */*\r\n{extra}{}\r\n",
+    let mut extra: String = o.headers.iter().map(|h| format!("{h}\r\n")).collect();
+    if let Some(b) = &o.body {
+        extra += &format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        );
+    }
+    let mut req = format!(
+        "{} {} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: loadgen\r\nAccept: */*\r\n{extra}{}\r\n",
+        o.method,
         o.path,
         if close { "Connection: close\r\n" } else { "" }
     )
-    .into_bytes()
+    .into_bytes();
+    req.extend_from_slice(o.body.as_deref().unwrap_or("").as_bytes());
+    req
 }
 
 /// Closed loop on one keep-alive connection until `end`; reconnects if the server closes.
