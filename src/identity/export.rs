@@ -23,11 +23,16 @@
 //!   Ironic's JSON-RPC client reaches through keystoneauth and `requests` when both `[json_rpc]
 //!   certfile` and `keyfile` are set, does exactly that, for each new TLS context. OpenSSL then
 //!   refuses the pair ("key values mismatch"), so that one connection attempt fails loudly; it
-//!   is never sent with a wrong identity. The window is the microseconds between two `open`s,
-//!   once per renewal (hours apart), and the previous pair stays valid after a swap, so a retry
-//!   succeeds. To remove even that window, export one file holding both the certificate and the
-//!   key (for example `tls.pem`) and set only `[json_rpc] certfile` to it: keystoneauth then
-//!   passes a single path and `load_cert_chain` reads both from one open file.
+//!   is never sent with a wrong identity, but Ironic does not retry it: the RPC, and the API call
+//!   behind it, fails. The window is the microseconds between two `open`s, once per renewal, and
+//!   the previous pair stays valid after a swap. One file holding both the certificate and the
+//!   key does not close it: CPython's `load_cert_chain` opens the certificate path twice
+//!   (`SSL_CTX_use_certificate_chain_file`, then `SSL_CTX_use_PrivateKey_file` on the same path,
+//!   `Modules/_ssl.c`). With hour-long certificates it is rare; the end-to-end test's 12 s
+//!   certificates (a renewal every 6 s on every instance) hit it once in CI (2026-12-03, an
+//!   enrolment's JSON-RPC call). Closing it needs a key that stays the same across a swap (a key
+//!   kept over several renewals, at the cost of a longer-lived key) or a reader that resolves
+//!   `..data` once.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
