@@ -14,7 +14,8 @@
 //!
 //! Usage: `loadgen MODE --addr 127.0.0.1:PORT [--plain] [--ca F] [--cert F --key F]
 //! [--path /small] [--conns N] [--duration S] [--rate R] [--header "Name: value"]...
-//! [--method POST --body '{"json": 1}']` (a body is sent as `application/json`).
+//! [--method POST --body '{"json": 1}'] [--heartbeat]` (a body is sent as `application/json`;
+//! `--heartbeat` sends an agent's heartbeat, [`HEARTBEAT_PATH`] and [`HEARTBEAT_BODY`]).
 
 use rustls::client::Resumption;
 use rustls::pki_types::pem::PemObject;
@@ -26,6 +27,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// An agent's heartbeat, as ironic-python-agent posts it: the fields of Ironic's
+/// `HeartbeatController.post` (ironic/api/controllers/v1/ramdisk.py), all strings, 209 bytes.
+const HEARTBEAT_PATH: &str = "/v1/heartbeat/1be26c0b-03f2-4d2e-ae87-c02d7f33c123";
+const HEARTBEAT_BODY: &str = concat!(
+    r#"{"callback_url":"https://192.168.111.20:9999","agent_version":"9.13.1","#,
+    r#""agent_token":"xG5Hb7dV2cQ9kL0pR4sT8uW1yZ3aB6eF9hJ2mN5qS8vWd1","#,
+    r#""agent_verify_ca":"/etc/ironic-python-agent/ca.crt","agent_status":"start"}"#
+);
 
 #[derive(Clone)]
 struct Opts {
@@ -82,6 +92,11 @@ fn parse() -> Opts {
             "--header" => o.headers.push(v()),
             "--method" => o.method = v(),
             "--body" => o.body = Some(v()),
+            "--heartbeat" => {
+                o.method = "POST".into();
+                o.path = HEARTBEAT_PATH.into();
+                o.body = Some(HEARTBEAT_BODY.into());
+            }
             other => die(&format!("unknown argument {other}")),
         }
     }
