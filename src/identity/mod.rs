@@ -15,6 +15,7 @@ pub(crate) mod export;
 mod load;
 mod options;
 pub(crate) mod rotate;
+mod wall_timer;
 
 pub(crate) use load::LoadError;
 pub use load::{load_chain, load_key, load_trust};

@@ -4,11 +4,21 @@
 //! together does not renew together), and re-issued at once when the issuer or trust files
 //! change (CA rotation) or on SIGHUP.
 //!
+//! The renewal time is kept on both clocks: a tokio deadline (monotonic) and a wall-clock timer
+//! ([`WallTimer`]), with the wall clock also compared at every `watch_interval` tick in case the
+//! timer cannot be created. Certificate validity is wall-clock time, and the monotonic clock
+//! stops while a virtual machine is frozen while the wall clock is stepped forward on resume.
+//! With the monotonic deadline alone, a 10 s freeze of the whole machine (seen in CI on
+//! 2026-12-03: every process, Ironic included, silent for 10 s; afterwards one sidecar renewed,
+//! the other two still waited out their monotonic time) left us serving, and exporting, a
+//! certificate that had expired during the freeze.
+//!
 //! A failed renewal retries with exponential backoff (1 s .. 60 s) and keeps serving the current
 //! certificate; `/readyz` fails only once no valid certificate is left. The private key lives in
 //! memory and in `export_dir` only.
 
 use super::export::{write_atomic, ExportOptions};
+use super::wall_timer::WallTimer;
 use super::{load_trust, record_expiry, LoadError, Material};
 use super::{ExportConfig, IdentityConfig, IssuerConfig};
 use crate::dns_name::{DnsName, DnsNameError};
@@ -163,6 +173,12 @@ pub(super) async fn start(
         metrics: metrics.clone(),
         reload,
         tx,
+        wall: SystemTime::now,
+        timer: WallTimer::new()
+            .inspect_err(|err| {
+                tracing::warn!(error = %err, "no wall-clock timer; renewals after a clock step wait for the next watch_interval tick");
+            })
+            .ok(),
     };
     tokio::spawn(task.run());
     Ok(rx)
@@ -174,6 +190,28 @@ struct Rotator {
     metrics: Metrics,
     reload: Arc<Notify>,
     tx: watch::Sender<Arc<Material>>,
+    /// The wall clock; tests step it without moving tokio's clock, as a suspend does.
+    wall: fn() -> SystemTime,
+    /// Fires at the renewal time on the wall clock; `None` if the kernel refused a timerfd.
+    timer: Option<WallTimer>,
+}
+
+/// When the next renewal is due, on both clocks (see the module documentation).
+struct Due {
+    at: tokio::time::Instant,
+    wall: SystemTime,
+}
+
+impl Due {
+    /// Why we renew when the wall clock got there first: the two clocks drift apart by
+    /// milliseconds (NTP slews one of them), so only a lead of seconds names a freeze.
+    fn wall_reason(&self) -> &'static str {
+        if self.at > tokio::time::Instant::now() + Duration::from_secs(1) {
+            "renewal (the wall clock ran ahead: suspend or clock step)"
+        } else {
+            "renewal"
+        }
+    }
 }
 
 /// The shortest time between two renewals.
@@ -219,31 +257,70 @@ impl Rotator {
         .await
     }
 
+    fn arm(&self, due: &Due) {
+        if let Some(timer) = &self.timer {
+            if let Err(err) = timer.arm(due.wall) {
+                tracing::warn!(error = %err, "cannot arm the wall-clock renewal timer");
+            }
+        }
+    }
+
+    /// Completes when the wall-clock timer fires; never without one, or if waiting on it fails
+    /// (the monotonic deadline and the watch ticks still hold).
+    async fn wall_timer(&self) {
+        match &self.timer {
+            Some(timer) => {
+                if let Err(err) = timer.fired().await {
+                    tracing::warn!(error = %err, "the wall-clock renewal timer failed");
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+
     async fn run(self) {
         let mut backoff = Duration::from_secs(1);
-        let renew_at = |m: &Material| {
-            tokio::time::Instant::now() + renew_in(m, self.ic.renew_before, SystemTime::now())
+        let after = |delay: Duration| Due {
+            at: tokio::time::Instant::now() + delay,
+            wall: (self.wall)() + delay,
         };
+        let renew_at = |m: &Material| after(renew_in(m, self.ic.renew_before, (self.wall)()));
         let mut due = renew_at(&self.tx.borrow());
+        self.arm(&due);
         let mut seen = self.files().await;
         let mut poll =
             tokio::time::interval(self.cfg.watch_interval.max(Duration::from_millis(50)));
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let why = tokio::select! {
-                () = tokio::time::sleep_until(due) => "renewal",
+                () = tokio::time::sleep_until(due.at) => "renewal",
+                () = self.wall_timer() => {
+                    if (self.wall)() < due.wall {
+                        // The clock was set, but not past our time.
+                        self.arm(&due);
+                        continue;
+                    }
+                    due.wall_reason()
+                }
                 () = self.reload.notified() => "SIGHUP",
                 _ = poll.tick() => {
                     let now = self.files().await;
-                    if now == seen { continue; }
-                    seen = now;
-                    "issuer or trust files changed"
+                    if now != seen {
+                        seen = now;
+                        "issuer or trust files changed"
+                    } else if (self.wall)() >= due.wall {
+                        due.wall_reason()
+                    } else {
+                        continue;
+                    }
                 }
                 () = self.tx.closed() => return,
             };
             let Some(issued) = self.issue_and_export().await else {
                 // The work panicked: counted by the panic hook; try again after the backoff.
-                due = tokio::time::Instant::now() + backoff;
+                due = after(backoff);
+                self.arm(&due);
                 continue;
             };
             match issued {
@@ -261,6 +338,7 @@ impl Rotator {
                     record_expiry(&self.metrics, &m);
                     self.metrics.certificate_renewals.inc();
                     due = renew_at(&m);
+                    self.arm(&due);
                     self.tx.send_replace(Arc::new(m));
                     backoff = Duration::from_secs(1);
                 }
@@ -268,10 +346,79 @@ impl Rotator {
                     tracing::warn!(error = %crate::error::chain(&err), reason = why, retry_in = ?backoff,
                         "renewal failed; keeping the current certificate");
                     self.metrics.certificate_renewal_failures.inc();
-                    due = tokio::time::Instant::now() + backoff;
+                    due = after(backoff);
+                    self.arm(&due);
                     backoff = (backoff * 2).min(Duration::from_secs(60));
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::IdentitySource;
+    use crate::pki::{generate_ca, CaSpec};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Seconds the fake wall clock is ahead of the real one: a suspend of that length.
+    static STEP: AtomicU64 = AtomicU64::new(0);
+
+    fn stepped_wall() -> SystemTime {
+        SystemTime::now() + Duration::from_secs(STEP.load(Ordering::SeqCst))
+    }
+
+    /// A machine frozen past our renewal time (monotonic clock stopped, wall clock stepped on
+    /// resume) renews at the next watch tick instead of waiting out the monotonic deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_wall_clock_step_past_the_renewal_time_renews_at_the_next_tick() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = generate_ca(&CaSpec::default()).unwrap();
+        let (cert, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+        std::fs::write(&cert, &ca.cert_pem).unwrap();
+        std::fs::write(&key, &ca.key_pem).unwrap();
+        let ic = IssuerConfig {
+            issuer_cert: cert.clone(),
+            issuer_key: key,
+            dns_names: vec!["ironic-0.example".to_owned()],
+            ip_addresses: vec![],
+            validity: Duration::from_secs(3600),
+            renew_before: Duration::from_secs(1200),
+        };
+        let watch_interval = Duration::from_secs(2);
+        let cfg = IdentityConfig {
+            trust: cert,
+            source: IdentitySource::Issuer(ic.clone()),
+            export: None,
+            watch_interval,
+        };
+        let first = issue(&cfg, &ic).unwrap();
+        let first_serial = first.serial.clone();
+        let (tx, mut rx) = watch::channel(Arc::new(first));
+        let rotator = Rotator {
+            cfg,
+            ic,
+            metrics: Metrics::new(),
+            reload: Arc::new(Notify::new()),
+            tx,
+            wall: stepped_wall,
+            // The kernel's timer follows the real wall clock, which this test does not step.
+            timer: None,
+        };
+        tokio::spawn(rotator.run());
+
+        // Ten ticks with both clocks in step: the renewal is 40 minutes away.
+        tokio::time::sleep(watch_interval * 10).await;
+        assert!(!rx.has_changed().unwrap(), "no renewal before it is due");
+
+        // The wall clock jumps 45 minutes (past the renewal time, 15 before expiry); tokio's
+        // deadline is still 40 minutes away.
+        STEP.store(45 * 60, Ordering::SeqCst);
+        tokio::time::timeout(watch_interval + Duration::from_millis(500), rx.changed())
+            .await
+            .expect("renewed within one watch interval of the step")
+            .unwrap();
+        assert_ne!(rx.borrow().serial, first_serial);
     }
 }
