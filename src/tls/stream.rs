@@ -12,9 +12,9 @@
 //!   connection waiting for its next request holds nothing and a small request allocates none.
 //! - `plain`: decrypted bytes that did not fit the reader's buffer; usually never allocated
 //!   (hyper reads into 8 KiB or more, a record carries at most 16 KiB).
-//! - `outgoing`: encrypted bytes not yet written; allocated for one write, freed once flushed.
-//!   A write of up to 4 KiB is sealed on the stack and sent from there: `outgoing` then holds
-//!   only what the socket did not take at once.
+//! - `outgoing`: encrypted bytes not yet written, freed once flushed. A write is sealed into a
+//!   buffer of the thread's (kept, at most 66 KiB per thread) and sent from there: `outgoing`
+//!   holds only what the socket did not take at once, and handshake records.
 //!
 //! Written by hand because no maintained crate offers it: tokio-rustls wraps only the buffered
 //! API. The protocol itself (records, keys, alerts, close_notify) stays rustls'; this module
@@ -22,9 +22,12 @@
 //! gives end of stream after the peer's close_notify or the socket's end, `poll_shutdown`
 //! sends close_notify and shuts the socket's write side.
 
-use rustls::server::UnbufferedServerConnection;
-use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, InsufficientSizeError};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{
+    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, WriteTraffic,
+};
 use rustls::ServerConfig;
+use std::cell::RefCell;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
@@ -37,9 +40,6 @@ const FIRST_READ: usize = 4096;
 
 /// Vectored writes of up to this many bytes in all are gathered on the stack.
 const GATHER_ON_STACK: usize = 4096;
-
-/// Records of up to this many bytes in all are sealed on the stack and sent from there.
-const SEAL_ON_STACK: usize = 4096 + 64;
 
 /// The most plaintext encrypted per `poll_write`: four full records.
 const MAX_WRITE: usize = 4 * 16384;
@@ -304,28 +304,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                     let n = data.len().min(MAX_WRITE);
                     // Each record adds a header, a content type and a tag (22 bytes in TLS 1.3).
                     let room = n + (n / 16384 + 1) * 64;
-                    if room <= SEAL_ON_STACK && outgoing.is_empty() {
-                        // A small write (most of Ironic's answers): sealed on the stack and
-                        // sent from there; only what the socket does not take now is kept.
-                        let mut stack = [MaybeUninit::<u8>::uninit(); SEAL_ON_STACK];
-                        let mut sealed = ReadBuf::uninit(&mut stack[..]);
-                        match traffic.encrypt(&data[..n], sealed.initialize_unfilled_to(room)) {
-                            Ok(len) => {
-                                sealed.advance(len);
-                                let sent = send_or_keep(io, cx, sealed.filled(), outgoing, sent);
-                                return (discard, sent.map(|()| Step::CanWrite { wrote: n }));
-                            }
-                            // Too small after all (a larger record overhead): the heap.
-                            Err(e) => {
-                                if let Err(e) = encrypt_size(e) {
-                                    return (discard, Err(e));
-                                }
-                            }
-                        }
-                    }
-                    let sealed = grow(outgoing, room, |out| {
-                        traffic.encrypt(&data[..n], out).map_err(encrypt_size)
-                    });
+                    let sealed = if outgoing.is_empty() {
+                        // Sealed in the thread's buffer and sent from there; only what the
+                        // socket does not take now is kept.
+                        seal_and_send(&mut traffic, &data[..n], room, io, cx, outgoing, sent)
+                    } else {
+                        // Behind records still queued (a key update's): after them.
+                        grow(outgoing, room, |out| {
+                            traffic.encrypt(&data[..n], out).map_err(encrypt_size)
+                        })
+                    };
                     if let Err(e) = sealed {
                         return (discard, Err(e));
                     }
@@ -451,6 +439,41 @@ fn grow(
             }
         }
     }
+}
+
+thread_local! {
+    /// Where writes are sealed before they are sent: one buffer per thread, kept at the largest
+    /// write's size (at most [`MAX_WRITE`] and its records' overhead, 66 KiB), so that a write
+    /// costs no allocation, zeroing or page fault; a connection keeps only what its socket did
+    /// not take at once.
+    static SEAL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Encrypts `data` into the thread's [`SEAL`] buffer and writes it to `io`; what the socket does
+/// not take now goes to `outgoing` (empty on entry). `room`: the size expected.
+fn seal_and_send<S: AsyncWrite + Unpin>(
+    traffic: &mut WriteTraffic<'_, ServerConnectionData>,
+    data: &[u8],
+    room: usize,
+    io: &mut S,
+    cx: &mut Context<'_>,
+    outgoing: &mut Vec<u8>,
+    sent: &mut usize,
+) -> io::Result<()> {
+    SEAL.with_borrow_mut(|buf| {
+        if buf.len() < room {
+            buf.resize(room, 0);
+        }
+        loop {
+            match traffic.encrypt(data, buf) {
+                Ok(len) => return send_or_keep(io, cx, &buf[..len], outgoing, sent),
+                Err(e) => match encrypt_size(e)? {
+                    needed if needed > buf.len() => buf.resize(needed, 0),
+                    _ => return Err(io::Error::other("TLS buffer sizing")),
+                },
+            }
+        }
+    })
 }
 
 fn encode_size(e: EncodeError) -> Result<usize, io::Error> {
@@ -814,28 +837,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn small_writes_sealed_on_the_stack_survive_a_full_socket() {
-        // A 1,000-byte pipe: a small write's records are partly taken, or not at all, and the
-        // rest waits in `outgoing`. Sizes around the stack's limit (4,096 bytes of plaintext
-        // fit, 4,097 go to the heap) and below it.
-        let (mut server, mut client) = pair(1000).await;
-        let sizes = [1, 150, 999, 1000, 1001, 3000, 4095, 4096, 4097, 150, 4096];
-        let writes: Vec<Vec<u8>> = (0..200)
-            .map(|i| pattern(sizes[i % sizes.len()], i as u8))
-            .collect();
-        let expected = writes.concat();
-        let (_, got) = tokio::join!(
-            async {
-                for w in &writes {
-                    server.write_all(w).await.unwrap();
-                }
-                server.flush().await.unwrap();
-                assert_eq!(server.held(), 0, "nothing kept once flushed");
-                server.shutdown().await.unwrap();
-            },
-            read_all(&mut client)
-        );
-        assert_same(&got, &expected);
+    async fn writes_sealed_in_the_thread_buffer_survive_a_full_socket_and_another_stream() {
+        // Two streams on one thread share its seal buffer, each over a 1,000-byte pipe: a
+        // write's records are partly taken, or not at all, and the rest waits in that stream's
+        // `outgoing` while the other stream seals its own writes in the same buffer. Sizes
+        // around one record and past the most sealed per write (four records).
+        async fn stream_through(seed: u8) {
+            let (mut server, mut client) = pair(1000).await;
+            let sizes = [
+                1, 150, 999, 1000, 1001, 4096, 4097, 16384, 16385, 40000, 65536, 70000,
+            ];
+            let writes: Vec<Vec<u8>> = (0..60)
+                .map(|i| pattern(sizes[i % sizes.len()], seed.wrapping_add(i as u8)))
+                .collect();
+            let expected = writes.concat();
+            let (_, got) = tokio::join!(
+                async {
+                    for w in &writes {
+                        server.write_all(w).await.unwrap();
+                    }
+                    server.flush().await.unwrap();
+                    assert_eq!(server.held(), 0, "nothing kept once flushed");
+                    server.shutdown().await.unwrap();
+                },
+                read_all(&mut client)
+            );
+            assert_same(&got, &expected);
+        }
+        tokio::join!(stream_through(1), stream_through(101));
     }
 
     #[tokio::test]
