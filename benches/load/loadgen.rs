@@ -17,7 +17,8 @@
 //! Usage: `loadgen MODE --addr 127.0.0.1:PORT [--plain] [--ca F] [--cert F --key F]
 //! [--path /small] [--conns N] [--duration S] [--rate R] [--header "Name: value"]...
 //! [--method POST --body '{"json": 1}'] [--heartbeat] [--trust-any]` (a body is sent as
-//! `application/json`; `--heartbeat` sends an agent's heartbeat, [`HEARTBEAT_PATH`] and [`HEARTBEAT_BODY`]).
+//! `application/json`; `--heartbeat` sends an agent's heartbeat, [`HEARTBEAT_PATH`] and
+//! [`HEARTBEAT_BODY`]).
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::Resumption;
