@@ -14,7 +14,10 @@
 //!   (hyper reads into 8 KiB or more, a record carries at most 16 KiB).
 //! - `outgoing`: encrypted bytes not yet written, freed once flushed. A write is sealed into a
 //!   buffer of the thread's (kept, at most 66 KiB per thread) and sent from there: `outgoing`
-//!   holds only what the socket did not take at once, and handshake records.
+//!   holds only what the socket did not take at once, and handshake records. A vectored write
+//!   of a response head and a small body is gathered on the stack into one record; a head
+//!   followed by a body of 16 KiB or more is sealed as a record of its own and the body's
+//!   records after it, sent in the same system call, so the body is never copied to be gathered.
 //!
 //! Written by hand because no maintained crate offers it: tokio-rustls wraps only the buffered
 //! API. The protocol itself (records, keys, alerts, close_notify) stays rustls'; this module
