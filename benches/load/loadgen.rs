@@ -131,12 +131,15 @@ fn tls_config(o: &Opts, resume: bool) -> Arc<ClientConfig> {
             .add(c.unwrap_or_else(|e| die(&format!("{ca}: {e}"))))
             .unwrap_or_else(|e| die(&format!("{ca}: {e}")));
     }
+    let schemes = provider
+        .signature_verification_algorithms
+        .supported_schemes();
     let b = ClientConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("TLS 1.3 is supported");
     let b = if o.trust_any {
         b.dangerous()
-            .with_custom_certificate_verifier(Arc::new(TrustAny(provider_schemes())))
+            .with_custom_certificate_verifier(Arc::new(TrustAny(schemes)))
     } else {
         b.with_root_certificates(roots)
     };
@@ -159,12 +162,6 @@ fn tls_config(o: &Opts, resume: bool) -> Arc<ClientConfig> {
     Arc::new(cfg)
 }
 
-fn provider_schemes() -> Vec<SignatureScheme> {
-    rustls::crypto::aws_lc_rs::default_provider()
-        .signature_verification_algorithms
-        .supported_schemes()
-}
-
 /// The server is not verified: its chain and its handshake signature are two P-256
 /// verifications, 40 % of this process's core in the handshake phase (perf), which made the load
 /// generator the limit of that phase and left the fastest proxy idle half the time, paying a
@@ -185,13 +182,14 @@ impl ServerCertVerifier for TrustAny {
         Ok(ServerCertVerified::assertion())
     }
 
+    // TLS 1.3 only (`tls_config`); as the TLS 1.3 signature otherwise.
     fn verify_tls12_signature(
         &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
+        self.verify_tls13_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
