@@ -37,16 +37,19 @@ ARG VERSION=0.1.0
 FROM rust:1.95.0-bookworm AS build
 WORKDIR /src
 # llvm-profdata of the LLVM rustc 1.95 is built on (22): merges the training run's profile for
-# the profile-guided build. Debian 12 has llvm-22 (bookworm-security); bump with the toolchain.
+# the profile-guided build; llvm-bolt and merge-fdata of the same LLVM (bolt-22) lay the linked
+# binary out by a second training run. Debian 12 has both (bookworm-security); bump with the
+# toolchain.
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends llvm-22 \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends llvm-22 bolt-22 \
     && rm -rf /var/lib/apt/lists/*
 COPY . .
 # aws-lc-sys builds its C code with the image's gcc; no cmake or Go is needed for it.
 # scripts/build-pgo: an instrumented build, a training run of about 30 s on 127.0.0.1 inside
 # the build container (scripts/pgo-train: the load generator and backend of benches/load), then
 # the release build with that profile (10 % less CPU per keep-alive request than without it,
-# BENCHMARKS.md round 19). The cache mounts keep the registry and target/ between builds.
+# BENCHMARKS.md round 19), then BOLT's layout of that binary by a second training run (round
+# 20). The cache mounts keep the registry and target/ between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     scripts/build-pgo /out/ironic-proxy

@@ -375,7 +375,8 @@ impl Listener {
                 .header_read_timeout(None)
                 .max_buf_size(limits.header_bytes.max(8192))
                 .max_header_size(limits.header_bytes)
-                .max_headers(guard::MAX_HEADERS)
+                // No max_headers: hyper's default is the guard's MAX_HEADERS, parsed on the
+                // stack (see there).
                 .keep_alive(true);
             let conn = Parking::new(builder, io, svc, framing, parked);
             Box::pin(Drive::new(conn, clock, shutdown))

@@ -742,9 +742,28 @@ impl Body for UpstreamBody {
                     return Poll::Ready(None);
                 }
                 Left::Length(left) => {
-                    if !conn.buf.is_empty() {
-                        let n = usize::try_from(*left)
-                            .map_or(conn.buf.len(), |l| l.min(conn.buf.len()));
+                    let have = conn.buf.len();
+                    let rest = usize::try_from(*left).unwrap_or(usize::MAX);
+                    if have > 0 && have < rest && have < MAX_READ_SIZE {
+                        // Part of the body came with the head (a read of READ_SIZE): top it
+                        // up with what the socket already holds, without waiting, so that a
+                        // 64 KiB body is one frame, sealed and sent with the head in one write
+                        // (BENCHMARKS.md "Performance round 20"). One byte more than the body
+                        // needs: a read that does not fill its buffer tells tokio the socket
+                        // is drained, so the pool's next reuse check makes no system call.
+                        let want = if rest <= MAX_READ_SIZE {
+                            rest - have + 1
+                        } else {
+                            MAX_READ_SIZE - have
+                        };
+                        if let Poll::Ready(Ok(1..)) = conn.poll_fill(cx, want) {
+                            continue;
+                        }
+                        // Nothing more yet, or the socket's end or an error: the bytes we have
+                        // go first; the next poll reads again and reports the end.
+                    }
+                    if have > 0 {
+                        let n = rest.min(have);
                         let data = conn.buf.split_to(n).freeze();
                         *left -= n as u64;
                         if *left == 0 {
@@ -752,8 +771,8 @@ impl Body for UpstreamBody {
                         }
                         return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
-                    usize::try_from(*left)
-                        .map_or(MAX_READ_SIZE, |l| l.clamp(READ_SIZE, MAX_READ_SIZE))
+                    // One byte more than the body needs, as above.
+                    rest.saturating_add(1).clamp(READ_SIZE, MAX_READ_SIZE)
                 }
                 Left::Chunked(chunks) => match chunks.decode(&mut conn.buf) {
                     Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
@@ -970,6 +989,52 @@ mod tests {
         far.write_all(b"until the end").await.unwrap();
         drop(far);
         assert_eq!(&b.collect().await.unwrap().to_bytes()[..], b"until the end");
+        assert_eq!(pooled(&idle), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_begun_with_its_head_is_topped_up_to_one_frame_without_waiting() {
+        use http_body_util::BodyExt as _;
+        let whole = (0..70_000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
+        // What came with the head is in the buffer; the rest is already in the socket: one
+        // frame of as much as one read takes, then the rest.
+        let (mut b, mut far, idle) = body(BodyKind::Length(whole.len() as u64), true);
+        b.conn
+            .as_mut()
+            .unwrap()
+            .buf
+            .extend_from_slice(&whole[..8000]);
+        far.write_all(&whole[8000..]).await.unwrap();
+        settle().await;
+        let first = b.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first.len(), MAX_READ_SIZE, "topped up to one read's most");
+        let rest = b.collect().await.unwrap().to_bytes();
+        assert_eq!([&first[..], &rest[..]].concat(), whole);
+        assert_eq!(
+            pooled(&idle),
+            1,
+            "read to its end, the connection goes back"
+        );
+
+        // The rest has not come yet: what we have is given at once, the rest when it comes.
+        let (mut b, mut far, idle) = body(BodyKind::Length(10), true);
+        b.conn.as_mut().unwrap().buf.extend_from_slice(b"hello");
+        let first = b.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"hello");
+        far.write_all(b"world").await.unwrap();
+        assert_eq!(&b.collect().await.unwrap().to_bytes()[..], b"world");
+        assert_eq!(pooled(&idle), 1);
+
+        // The upstream closes after part of the rest: the bytes that came are given, then the
+        // error, and the connection is not reused.
+        let (mut b, mut far, idle) = body(BodyKind::Length(20), true);
+        b.conn.as_mut().unwrap().buf.extend_from_slice(b"hello");
+        far.write_all(b"world").await.unwrap();
+        drop(far);
+        settle().await;
+        let first = b.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"helloworld");
+        assert!(b.frame().await.unwrap().is_err(), "cut short");
         assert_eq!(pooled(&idle), 0);
     }
 

@@ -13,7 +13,7 @@
 //! - `plain`: decrypted bytes that did not fit the reader's buffer; usually never allocated
 //!   (hyper reads into 8 KiB or more, a record carries at most 16 KiB).
 //! - `outgoing`: encrypted bytes not yet written, freed once flushed. A write is sealed into a
-//!   buffer of the thread's (kept, at most 66 KiB per thread) and sent from there: `outgoing`
+//!   buffer of the thread's (kept, at most 70 KiB per thread) and sent from there: `outgoing`
 //!   holds only what the socket did not take at once, and handshake records. A vectored write
 //!   of a response head and a small body is gathered on the stack into one record; a head
 //!   followed by a body of 16 KiB or more is sealed as a record of its own and the body's
@@ -44,8 +44,11 @@ const FIRST_READ: usize = 4096;
 /// Vectored writes of up to this many bytes in all are gathered on the stack.
 const GATHER_ON_STACK: usize = 4096;
 
-/// The most plaintext encrypted per `poll_write`: four full records.
-const MAX_WRITE: usize = 4 * 16384;
+/// The most plaintext encrypted per `poll_write`: a response head gathered on the stack and
+/// four full records after it, so that a 64 KiB body goes out with its head in one system call
+/// (with four records only, the head's bytes pushed the body's last ones into a second write,
+/// and a second wake-up of the client).
+const MAX_WRITE: usize = GATHER_ON_STACK + 4 * 16384;
 
 /// The most ciphertext held unprocessed: a handshake message of rustls' largest (64 KiB) split
 /// over records, and the next record. A peer sending more without completing a message is cut.
@@ -467,7 +470,7 @@ fn grow(
 
 thread_local! {
     /// Where writes are sealed before they are sent: one buffer per thread, kept at the largest
-    /// write's size (at most [`MAX_WRITE`] and its records' overhead, 66 KiB), so that a write
+    /// write's size (at most [`MAX_WRITE`] and its records' overhead, 70 KiB), so that a write
     /// costs no allocation, zeroing or page fault; a connection keeps only what its socket did
     /// not take at once.
     static SEAL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };

@@ -69,6 +69,50 @@ fn max_connections_closes_extra_connections_at_once_and_counts_them() {
 }
 
 #[test]
+fn a_hundred_header_fields_are_served_and_more_get_431() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let proxy = sb
+        .proxy_to(&up, &[("plain", Tls::None), ("api", Tls::Server)])
+        .start();
+    // `request` adds Host: 99 more fields make 100, hyper's bound and the framing guard's.
+    let names: Vec<String> = (0..100).map(|i| format!("X-Field-{i}")).collect();
+    let fields = |n: usize| {
+        names[..n]
+            .iter()
+            .map(|h| (h.as_str(), "v"))
+            .collect::<Vec<_>>()
+    };
+    let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
+    let r = c.request("GET", "/hundred", &fields(99), b"").unwrap();
+    assert_eq!(r.status, 200, "100 fields: {}", r.text());
+    let r = c.get("/after").unwrap();
+    assert_eq!(r.status, 200, "the connection carries on");
+    let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
+    let r = c.request("GET", "/101", &fields(100), b"").unwrap();
+    assert_eq!(r.status, 431, "101 fields: {}", r.text());
+    let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
+    let mut c = HttpConn::tls(proxy.addr("api"), cfg).unwrap();
+    let r = c.request("GET", "/101-tls", &fields(100), b"").unwrap();
+    assert_eq!(r.status, 431, "101 fields over TLS: {}", r.text());
+    let paths: Vec<String> = up.all().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(
+        paths,
+        ["/hundred", "/after"],
+        "the over-long heads never reach the upstream"
+    );
+    assert_eq!(
+        up.all()[0]
+            .headers
+            .iter()
+            .filter(|(n, _)| n.starts_with("x-field-"))
+            .count(),
+        99,
+        "every field forwarded"
+    );
+}
+
+#[test]
 fn headers_larger_than_header_bytes_get_431() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));

@@ -235,6 +235,9 @@ async fn serve(
             });
             if let Err(e) = http1::Builder::new()
                 .keep_alive(true)
+                // Ironic's server (cheroot) bounds a head's bytes, not its fields: a request
+                // of the proxy's 100 fields arrives with the forwarding headers added.
+                .max_headers(1024)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await
             {
