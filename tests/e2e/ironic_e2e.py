@@ -344,20 +344,20 @@ class E2E:
     def lb_healthy(self):
         return h.metric(h.scrape(self.lb_admin), "ironic_proxy_upstream_endpoints", state="healthy")
 
+    def api_get(self, path):
+        """GET path through the load balancer; counted, a 5xx recorded, any error raised."""
+        self.api_calls += 1
+        r = self.api.get(LB_URL + path, headers=h.HEADERS, verify=self.ca, timeout=15)
+        if r.status_code >= 500:
+            self.api_5xx.append(f"GET {path}: HTTP {r.status_code}: {r.text[:300]}")
+        r.raise_for_status()
+        return r
+
     def nodes(self):
         """Our nodes as the API (through the load balancer) lists them."""
-        self.api_calls += 1
         # /detail, not ?fields=: Ironic 39 answers 500 when `fields` names `conductor`, which
         # is computed from the hash ring, not a database column.
-        r = self.api.get(
-            LB_URL + "/v1/nodes/detail",
-            headers=h.HEADERS,
-            verify=self.ca,
-            timeout=15,
-        )
-        if r.status_code >= 500:
-            self.api_5xx.append(f"GET /v1/nodes/detail: HTTP {r.status_code}: {r.text[:300]}")
-        r.raise_for_status()
+        r = self.api_get("/v1/nodes/detail")
         return [n for n in r.json()["nodes"] if n["name"] in self.names]
 
     def cli(self, *argv, what):
@@ -565,19 +565,8 @@ class E2E:
             calls = 0
             while True:
                 for name in self.names:
-                    self.api_calls += 1
+                    self.api_get(f"/v1/nodes/{name}/validate")
                     calls += 1
-                    r = self.api.get(
-                        f"{LB_URL}/v1/nodes/{name}/validate",
-                        headers=h.HEADERS,
-                        verify=self.ca,
-                        timeout=15,
-                    )
-                    if r.status_code >= 500:
-                        self.api_5xx.append(
-                            f"GET /v1/nodes/{name}/validate: HTTP {r.status_code}: {r.text[:300]}"
-                        )
-                    r.raise_for_status()
                 now = time.monotonic()
                 renewed = {i.ip: self.serials.changes_between(i.ip, t0, now) for i in self.instances}
                 if all(v >= 2 for v in renewed.values()):
