@@ -25,6 +25,7 @@ Run it through scripts/e2e-boot (`flock /tmp/ironic-e2e.lock scripts/e2e-boot`).
 """
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -36,22 +37,21 @@ import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import ipxe_tls  # noqa: E402
+import vm  # noqa: E402
 
 HTTP_PORT = 6180  # Ironic's httpd in Metal3
+IPXE_TLS_PORT = 8084  # ironic-image's IPXE_TLS_PORT default (scripts/tls-common.sh)
 LB = f"127.0.0.1:{h.LB_PORT}"
 NODES_PER_CONDUCTOR = 2
 STEP_TIMEOUT = 120
+HERE = os.path.dirname(os.path.abspath(__file__))
+UNKNOWN_MAC = "52:54:00:ff:ff:01"
 
 
-def sidecar_config(inst, ca_dir):
-    """harness.sidecar_config with the API listener on one port for TLS and plain boot files."""
-    base = h.sidecar_config(inst, ca_dir, h.IPS)
-    old = f'tls = "server"\nupstream = "unix:{inst.api_sock}"\n'
-    if old not in base:
-        raise h.Failure("harness.sidecar_config changed shape; update boot_e2e.sidecar_config")
-    new = f"""tls = "optional"
-upstream = "unix:{inst.api_sock}"
-
+def boot_route(inst):
+    """The API listener's find route for the per-node iPXE files, over every instance's httpd."""
+    return f"""
 [[listeners.routes]]
 paths = ["/boot.ipxe", "/pxelinux.cfg/*", "/grub.cfg-01-*"]
 plaintext = true
@@ -62,7 +62,48 @@ find = "newest"
 find_timeout = "2s"
 health = {{ path = "/boot.ipxe", interval = "1s", timeout = "1s", unhealthy_after = 1, healthy_after = 1 }}
 """
+
+
+def sidecar_config(inst, ca_dir, loopback_port=None):
+    """harness.sidecar_config with the API listener on one port for TLS and plain boot files.
+    With loopback_port, the same listener once more on 127.0.0.1 (name `api-loopback`): the
+    iPXE of a QEMU user-mode guest reaches the host's 127.0.0.1 only (vm.py)."""
+    base = h.sidecar_config(inst, ca_dir, h.IPS)
+    old = f'tls = "server"\nupstream = "unix:{inst.api_sock}"\n'
+    if old not in base:
+        raise h.Failure("harness.sidecar_config changed shape; update boot_e2e.sidecar_config")
+    new = f"""tls = "optional"
+upstream = "unix:{inst.api_sock}"
+{boot_route(inst)}"""
+    # iPXE over TLS on ironic-image's IPXE_TLS_PORT: the same find route, and the instance's own
+    # httpd for everything else (the kernel and ramdisk URLs name the owner's address).
+    new += f"""
+[[listeners]]
+name = "boot-tls"
+listen = "{inst.ip}:{IPXE_TLS_PORT}"
+tls = "server"
+http2 = false
+upstream = "{inst.ip}:{HTTP_PORT}"
+{boot_route(inst).replace("plaintext = true", "plaintext = false")}"""
+    if loopback_port is not None:
+        new += f"""
+[[listeners]]
+name = "api-loopback"
+listen = "127.0.0.1:{loopback_port}"
+tls = "optional"
+upstream = "unix:{inst.api_sock}"
+{boot_route(inst)}"""
     return base.replace(old, new) + f'\n[dns]\nservers = ["127.0.0.1:{{dns_port}}"]\nrefresh = "2s"\n'
+
+
+def kernel_script(u):
+    """The "kernel" of node u: an iPXE script. iPXE's `kernel` selects only an image it can run
+    (8 KiB of zeros would be taken for a PXE program and jumped into), and a script is one: once
+    booted it names the node whose kernel it is on the console, lists the images iPXE holds (the
+    ramdisk, with its size) and stops at iPXE's shell. Padded to 8 KiB with a comment; Ironic
+    sees a raw image."""
+    s = f"#!ipxe\necho e2e kernel {u} on ${{net0/mac}}\nimgstat\nshell\n"
+    return s + "#" * (8191 - len(s)) + "\n"
 
 
 def lb_config(ca_dir, admin_port, dns_port):
@@ -136,6 +177,9 @@ class Boot:
         self.ca_dir = os.path.join(self.root, "ca")
         self.ca = os.path.join(self.ca_dir, "ca.crt")
         self.images = os.path.join(self.root, "images")
+        self.vm_dir = os.path.join(self.root, "vm")  # each VM's console, screenshot, QEMU log
+        self.lb_log = os.path.join(self.root, "lb.log")
+        self.qemu = vm.require_qemu()
         self.instances = [h.Instance(self.root, ip) for ip in h.IPS]
         for inst in self.instances:
             inst.http_root = os.path.join(inst.dir, "httproot")
@@ -143,6 +187,7 @@ class Boot:
             os.makedirs(os.path.join(inst.dir, "tftp", "master_images"))
             os.makedirs(os.path.join(inst.dir, "master_images"))
             inst.http = None
+            inst.http_log = os.path.join(inst.dir, "http.log")
         self.db = h.MariaDB(self.root, self.procs)
         self.api = requests.Session()
         self.api.verify = self.ca
@@ -160,9 +205,9 @@ class Boot:
     def start_http(self, inst):
         inst.http = self.procs.start(
             f"http {inst.ip}",
-            [sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", inst.ip,
-             "--directory", inst.http_root],
-            os.path.join(inst.dir, "http.log"),
+            [sys.executable, os.path.join(HERE, "static_httpd.py"), str(HTTP_PORT),
+             "--bind", inst.ip, "--directory", inst.http_root],
+            inst.http_log,
         )  # fmt: skip
         h.wait_for(f"http server {inst.ip}", lambda: h.port_in_use(inst.ip, HTTP_PORT), 10)
 
@@ -221,7 +266,7 @@ class Boot:
         busy = [
             f"{ip}:{p}"
             for ip in h.IPS
-            for p in (h.RPC_PORT, h.API_PORT, h.ADMIN_PORT, HTTP_PORT)
+            for p in (h.RPC_PORT, h.API_PORT, h.ADMIN_PORT, HTTP_PORT, IPXE_TLS_PORT)
             if h.port_in_use(ip, p)
         ] + ([LB] if h.port_in_use(h.LB_HOST, h.LB_PORT) else [])
         if busy:
@@ -229,15 +274,20 @@ class Boot:
         h.run([self.bin, "ca", "init", "--out", self.ca_dir, "--name", "boot-e2e CA",
                "--permit-ip", "127.0.0.0/8"], "ca init")  # fmt: skip
         os.makedirs(self.images)
-        for name in ("kernel", "ramdisk"):
-            with open(os.path.join(self.images, name), "wb") as f:
-                f.write(b"\0" * 8192)
+        with open(os.path.join(self.images, "ramdisk"), "wb") as f:
+            f.write(b"\0" * 8192)
         self.db.start()
         dns_port = h.free_port()
         h.start_dnsmasq(self.root, self.procs, dns_port, h.IPS)
+        self.vm_port = h.free_port()
         for inst in self.instances:
+            loopback = self.vm_port if inst is self.instances[0] else None
             with open(inst.sidecar_conf, "w") as f:
-                f.write(sidecar_config(inst, self.ca_dir).replace("{dns_port}", str(dns_port)))
+                f.write(
+                    sidecar_config(inst, self.ca_dir, loopback).replace(
+                        "{dns_port}", str(dns_port)
+                    )
+                )
             with open(inst.conf, "w") as f:
                 f.write(ironic_conf(inst, self.db.url, self.images))
             h.run([self.bin, "check", "--config", inst.sidecar_conf], "check sidecar config")
@@ -274,7 +324,7 @@ class Boot:
                 )
 
             h.wait_for(f"Ironic {inst.ip} to serve", serving, 120)
-        self.lb = self.start_proxy("load balancer", lb_conf, os.path.join(self.root, "lb.log"))
+        self.lb = self.start_proxy("load balancer", lb_conf, self.lb_log)
         h.wait_for(
             "the load balancer ready, its boot route with 3 healthy sidecars",
             lambda: requests.get(self.lb_admin + "/readyz", timeout=2).ok
@@ -292,6 +342,8 @@ class Boot:
         images = self.images
         for i, u in enumerate(h.spread_uuids(NODES_PER_CONDUCTOR)):
             mac = f"52:54:00:00:00:{i + 1:02x}"
+            with open(os.path.join(images, f"kernel-{i}"), "w") as f:
+                f.write(kernel_script(u))
             r = self.api.post(
                 f"https://{LB}/v1/nodes",
                 json={
@@ -302,7 +354,7 @@ class Boot:
                     "deploy_interface": "ramdisk",
                     "network_interface": "noop",
                     "instance_info": {
-                        "kernel": f"file://{images}/kernel",
+                        "kernel": f"file://{images}/kernel-{i}",
                         "ramdisk": f"file://{images}/ramdisk",
                     },
                 },
@@ -492,6 +544,206 @@ class Boot:
             str(bad),
         )
 
+    # --- a real iPXE in a VM (issue 33) ---------------------------------------------------------
+
+    def vm_plan(self):
+        """(via, node or None) per VM, one VM at a time: every node once, the two nodes of each
+        owner through different paths (so each path boots a node of every conductor), then an
+        unknown MAC through each. E2E_BOOT_VMS=all boots every node through both paths."""
+        by_owner = {}
+        for u in self.nodes:
+            by_owner.setdefault(self.owner(u).ip, []).append(u)
+        both = os.environ.get("E2E_BOOT_VMS") == "all"
+        plan = []
+        for ip in sorted(by_owner):
+            for k, u in enumerate(by_owner[ip]):
+                vias = ("sidecar", "lb") if both else (("sidecar", "lb")[k % 2],)
+                plan += [(via, u) for via in vias]
+        return plan + [("sidecar", None), ("lb", None)]
+
+    def access(self, log, listener, b):
+        """The proxy's access lines of one listener from the VM (QEMU's user network connects
+        from 127.0.0.1) while it ran."""
+        return [
+            e
+            for e in h.proxy_events(log)
+            if e.get("target") == "access"
+            and e.get("listener") == listener
+            and e.get("client", "").startswith("127.0.0.1:")
+            and b.started <= h.event_time(e) <= b.ended + 0.5
+        ]
+
+    def httpd_lines(self, inst, b):
+        """The requests an instance's httpd served while the VM ran (static_httpd.py's log)."""
+        out = []
+        with open(inst.http_log, errors="replace") as f:
+            for line in f:
+                if line.startswith("{"):
+                    e = json.loads(line)
+                    if b.started - 0.5 <= e["time"] <= b.ended + 0.5:
+                        out.append(e)
+        return out
+
+    def ipxe_vm(self, via, u, verbose):
+        first = self.instances[0]
+        port, log, listener = {
+            "sidecar": (self.vm_port, first.sidecar_log, "api-loopback"),
+            "lb": (h.LB_PORT, self.lb_log, "api"),
+        }[via]
+        url = f"http://10.0.2.2:{port}/boot.ipxe"
+        mac = self.nodes[u] if u else UNKNOWN_MAC
+        config = "/pxelinux.cfg/" + mac.replace(":", "-")
+        if u:
+            owner = self.owner(u)
+            marker = f"e2e kernel {u} on {mac}"
+            b = vm.boot(self.vm_dir, f"{via}-{u[:8]}", mac, url, [marker], then=["iPXE>"])
+        else:
+            owner, marker = None, "PXE boot failed! No configuration found"
+            b = vm.boot(self.vm_dir, f"{via}-unknown", mac, url, [marker],
+                        then=["No more network devices"])  # fmt: skip
+        time.sleep(0.3)  # access lines are written at most 100 ms after the request
+        lines = self.access(log, listener, b)
+        got = [(e["method"], e["path"], e["status"], e["bytes"]) for e in lines]
+        ipxe = self.on_disk(first, "/boot.ipxe")
+        if u:
+            want = [("GET", "/boot.ipxe", 200, len(ipxe)),
+                    ("GET", config, 200, len(self.on_disk(owner, config)))]  # fmt: skip
+        else:
+            want = [("GET", "/boot.ipxe", 200, len(ipxe)), ("GET", config, 404)]
+            got = [g if g[2] == 200 else g[:3] for g in got]  # a 404's body is the proxy's
+        direct, ua, bad = {}, "-", []
+        if u:
+            for e in self.httpd_lines(owner, b):
+                name = e["path"].rsplit("/", 1)[-1]
+                if e["path"] in (f"/{u}/kernel", f"/{u}/ramdisk") and e["status"] == 200:
+                    direct[name] = e["bytes"]
+                    ua = e["user_agent"]
+                    if e["bytes"] != os.path.getsize(f"{owner.http_root}/{u}/{name}"):
+                        bad.append(f"{name}: {e['bytes']} bytes served, not the owner's size")
+            if set(direct) != {"kernel", "ramdisk"}:
+                bad.append(f"owner's httpd served {direct}, not the kernel and the ramdisk")
+            proxied = [e["user_agent"] for e in self.httpd_lines(owner, b) if e["path"] == config]
+            if not ua.startswith("iPXE/") or ua not in proxied:
+                bad.append(f"User-Agent {ua!r} direct, {proxied} through the proxy")
+        if marker not in b.seen:
+            bad.append(f"never on the console: {marker!r}")
+        if got != want:
+            bad.append(f"access log {got}, expected {want}")
+        t_boot = b.seen.get(marker)
+        t_ipxe = h.event_time(lines[0]) - b.started if lines else None
+        summary = (
+            f"{via} {mac}" + (f" (node {u[:8]}, owner {owner.ip})" if u else " (unknown)")
+            + f": boot.ipxe at {t_ipxe or 0:.1f} s, "
+            + (f"`boot` at {t_boot or 0:.1f} s" if u else f"'{marker}' at {t_boot or 0:.1f} s")
+            + f"; {listener} access log {got}"
+            + (f"; owner's httpd direct {direct}, User-Agent {ua}" if u else "")
+        )  # fmt: skip
+        print(f"e2e-boot: iPXE VM {summary}", flush=True)
+        if verbose or bad:
+            start = next((i for i, r in enumerate(b.transcript) if "Features:" in r), 0)
+            shown = b.transcript[start:]
+            print("  console:\n    " + "\n    ".join(r for r in shown if r), flush=True)
+        what = "booted its own kernel" if u else "got 404, then iPXE's script gave up as written"
+        self.check(f"iPXE VM through the {via}: {'node ' + u[:8] if u else 'unknown MAC'} {what}",
+                   not bad, "; ".join(bad))  # fmt: skip
+        return t_boot
+
+    def ipxe_vms(self):
+        def all_404():
+            url = f"http://127.0.0.1:{self.vm_port}/pxelinux.cfg/52-54-00-ff-ff-fe"
+            return requests.get(url, timeout=5).status_code == 404
+
+        h.wait_for("the sidecar's loopback listener's boot route", all_404, 30)
+        times = {"sidecar": [], "lb": []}
+        t0 = time.monotonic()
+        plan = self.vm_plan()
+        for n, (via, u) in enumerate(plan):
+            t = self.ipxe_vm(via, u, verbose=n == 0 or (u is None and via == "sidecar"))
+            if u and t:
+                times[via].append(t)
+        for via, ts in times.items():
+            if ts:
+                spread = f"min {min(ts):.1f} s, max {max(ts):.1f} s over {len(ts)} nodes"
+                print(f"e2e-boot: iPXE VM through the {via}: QEMU start to `boot` {spread}",
+                      flush=True)  # fmt: skip
+        print(f"e2e-boot: {len(plan)} VMs in {time.monotonic() - t0:.0f} s", flush=True)
+
+    # --- boot files over TLS (issue 33) -----------------------------------------------------------
+
+    def tls_boot(self):
+        """The sidecars' `boot-tls` listener (ironic-image's IPXE_TLS_PORT) with clients that
+        offer exactly what iPXE offers; Debian's real iPXE given an https:// boot file URL."""
+        first = self.instances[0]
+        at = f"{first.ip}:{IPXE_TLS_PORT}"
+        u = next(u for u in self.nodes if self.owner(u) is not first)
+        owner, config = self.owner(u), self.mac_path(u)
+        request = (f"GET {config} HTTP/1.1\r\nHost: {at}\r\nUser-Agent: iPXE/2.0.0\r\n"
+                   "Connection: close\r\n\r\n")  # fmt: skip
+        want = self.on_disk(owner, config)
+        keys = ("Protocol version", "Ciphersuite", "Signature type", "Hash used",
+                "Server Temp Key", "Verification")  # fmt: skip
+        for prof in (ipxe_tls.CURRENT, ipxe_tls.V2_0):
+            info, out, err = ipxe_tls.s_client(at, prof, self.ca, request)
+            shown = {k: info.get(k) for k in keys}
+            print(f"e2e-boot: TLS as {prof.name} to {at}: {shown}", flush=True)
+            head, _, body = out.partition(b"\r\n\r\n")
+            self.check(
+                f"TLS boot listener: a client offering only what {prof.name} offers gets TLS "
+                "1.2 and the owner's config found across conductors",
+                info.get("Protocol version") == "TLSv1.2" and info.get("Verification") == "OK"
+                and head.split(b" ")[1:2] == [b"200"] and body == want,
+                f"{out[:80]!r} {err[-300:]}" if not out.endswith(want) else "",
+            )  # fmt: skip
+        bad = []
+        for n in self.nodes:
+            o, path = self.owner(n), self.mac_path(n)
+            for url, disk in [
+                (f"https://{at}/boot.ipxe", self.on_disk(first, "/boot.ipxe")),
+                (f"https://{at}{path}", self.on_disk(o, path)),
+                (f"https://{o.ip}:{IPXE_TLS_PORT}/{n}/kernel", self.on_disk(o, f"/{n}/kernel")),
+            ]:
+                status, body = ipxe_tls.curl(url, ipxe_tls.CURRENT, self.ca)
+                if status != 200 or body != disk:
+                    bad.append(f"{url}: {status}, {len(body)} bytes")
+        self.check("TLS boot listener with iPXE 2.0's offer (curl): boot.ipxe, every node's "
+                   "config and kernel byte-equal to the owner's", not bad, str(bad))  # fmt: skip
+        refused = []
+        for prof in (ipxe_tls.RSA_ONLY, ipxe_tls.V1_21):
+            t0 = time.time()
+            info, out, err = ipxe_tls.s_client(at, prof, self.ca, request)
+            alert = next((line.strip() for line in err.splitlines() if "alert" in line), err[-200:])
+            time.sleep(0.3)
+            why = [
+                e.get("detail")
+                for e in h.proxy_events(first.sidecar_log)
+                if e.get("message") == "TLS handshake failed"
+                and e.get("listener") == "boot-tls"
+                and h.event_time(e) >= t0
+            ]
+            print(f"e2e-boot: TLS as {prof.name}: client: {alert.split(':')[-2:]}; "
+                  f"proxy: {why}", flush=True)  # fmt: skip
+            refused.append(not out and "handshake failure" in alert and len(why) == 1)
+        self.check("TLS boot listener (ECDSA P-256 certificate): iPXE offers without ECDSA "
+                   "(RSA-only builds, 1.21.1) fail the handshake",
+                   all(refused), str(refused))  # fmt: skip
+
+        # Debian's iPXE has no https:// opener: it never connects. The load balancer serves
+        # the same URL over TLS to a client that has one.
+        status, _ = ipxe_tls.curl(f"https://{LB}/boot.ipxe", ipxe_tls.CURRENT, self.ca)
+        text = "Could not start download: Operation not supported"
+        url = f"https://10.0.2.2:{h.LB_PORT}/boot.ipxe"
+        b = vm.boot(self.vm_dir, "lb-https", self.nodes[u], url, [text],
+                    then=["No more network devices"])  # fmt: skip
+        time.sleep(0.3)
+        lines = self.access(self.lb_log, "api", b)
+        feature = next((r for r in b.transcript if r.startswith("Features:")), "?")
+        print(f"e2e-boot: Debian's iPXE, boot file {url}: "
+              f"{feature!r}; {text!r} at {b.seen.get(text, 0):.1f} s; load balancer access "
+              f"lines {len(lines)}; the same URL with curl: {status}", flush=True)  # fmt: skip
+        self.check("Debian's iPXE cannot fetch https:// (no HTTPS feature, never connects)",
+                   text in b.seen and "HTTPS" not in feature and not lines and status == 200,
+                   f"{b.seen} {feature} {lines} {status}")  # fmt: skip
+
     def find_metrics(self):
         for name, url in [("sidecar", self.instances[0].admin_url), ("lb", self.lb_admin)]:
             s = h.scrape(url)
@@ -505,6 +757,8 @@ class Boot:
         self.setup()
         self.deploy()
         self.boot_files()
+        self.ipxe_vms()
+        self.tls_boot()
         self.owner_http_killed()
         self.stale_copy()
         self.undeploy_one()
@@ -532,7 +786,7 @@ def main():
     try:
         boot = Boot(args)
         boot.run()
-    except h.Failure as e:
+    except (h.Failure, vm.VmError) as e:
         error = str(e)
     except BaseException as e:  # noqa: BLE001 - always clean up and print the summary
         error = f"{type(e).__name__}: {e}"
