@@ -13,6 +13,7 @@ pub(crate) mod files;
 pub(crate) mod load;
 pub(crate) mod node;
 pub(crate) mod pki;
+pub(crate) mod ports;
 pub(crate) mod proxy;
 pub(crate) mod role;
 pub(crate) mod upstream;
@@ -101,12 +102,11 @@ pub(crate) fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>)
     }
 }
 
-/// A port that was free a moment ago on 127.0.0.1 (the proxy binds it right after).
+/// A port for a server the test starts (the proxy binds it right after): outside the kernel's
+/// ephemeral range and reserved for this test process ([`ports`]), so nothing else takes it in
+/// between.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    ports::reserve()
 }
 
 // ------------------------------------------------------------------------------------------------
