@@ -87,6 +87,28 @@ impl Sandbox {
     }
 }
 
+/// The variable a workstation sets to skip the tests whose precondition it lacks, by the names
+/// [`precondition`] gives them (`IRONIC_PROXY_TEST_OPT_OUT=netns,proc`). CI never sets it: there a
+/// missing precondition fails the test.
+pub(crate) const OPT_OUT: &str = "IRONIC_PROXY_TEST_OPT_OUT";
+
+/// Whether a test whose precondition `name` is `met` runs. Unmet, the test fails naming `what`
+/// it needs, unless `name` is listed in [`OPT_OUT`]: then it is skipped, and says so on stderr.
+pub(crate) fn precondition(name: &str, met: bool, what: &str) -> bool {
+    if met {
+        return true;
+    }
+    let opted_out =
+        std::env::var(OPT_OUT).is_ok_and(|list| list.split(',').any(|n| n.trim() == name));
+    assert!(
+        opted_out,
+        "precondition `{name}` missing: {what}; on a workstation without it, set {OPT_OUT}={name} \
+         to skip this test"
+    );
+    eprintln!("SKIPPED ({OPT_OUT} lists `{name}`): {what}");
+    false
+}
+
 /// Polls `f` until it returns `Some` or `timeout` passes.
 pub(crate) fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
