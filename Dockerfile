@@ -49,8 +49,8 @@ COPY . .
 # scripts/build-pgo: an instrumented build, a training run of about 30 s on 127.0.0.1 inside
 # the build container (scripts/pgo-train: the load generator and backend of benches/load), then
 # the release build with that profile (10 % less CPU per keep-alive request than without it,
-# BENCHMARKS.md round 19), then BOLT's layout of that binary by a second training run (round
-# 20). The cache mounts keep the registry and target/ between builds.
+# docs/benchmarks-history-2026.md round 19), then BOLT's layout of that binary by a second training
+# run (round 20). The cache mounts keep the registry and target/ between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     scripts/build-pgo /out/ironic-proxy

@@ -23,7 +23,8 @@
 //! has been served for `limits.idle_trim` (5 s by default): the executable's pages as at start-up,
 //! and the heap's free pages with `malloc_trim(3)`. A sidecar on every node spends most of its
 //! life idle; what it holds then is what the node pays. The first request after a trim faults its
-//! code back in (minor faults from the page cache; BENCHMARKS.md "Idle memory" has the cost).
+//! code back in (minor faults from the page cache; docs/benchmarks-history-2026.md "Idle memory"
+//! has the cost).
 
 use std::io::{self, BufRead, BufReader};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -296,8 +297,8 @@ fn header_path(line: &str) -> Option<&str> {
     Some(rest.trim()).filter(|p| !p.is_empty())
 }
 
-/// `madvise(MADV_DONTNEED)` over one mapping that [`droppable`] chose. The second of the
-/// crate's three unsafe functions (the other sets a bcrypt thread's scheduling policy).
+/// `madvise(MADV_DONTNEED)` over one mapping that [`droppable`] chose. One of the crate's four
+/// unsafe functions (listed at `unsafe_code` in Cargo.toml).
 #[allow(unsafe_code)]
 fn dont_need(r: &Region) -> io::Result<()> {
     // SAFETY: madvise reads and writes no memory of ours; it changes what backs the range

@@ -3,7 +3,7 @@
 //! No header rewriting, framing guard, limits, timeouts, metrics, access log, parking or
 //! retries; a bare pool of upstream connections. It is not a product: it shows what this
 //! machine's kernel and these libraries cost per request before any of our work is added
-//! (`benches/load/cpu-split`, BENCHMARKS.md "Performance round 7").
+//! (`benches/load/cpu-split`, docs/benchmarks-history-2026.md "Performance round 7").
 //!
 //! Usage: `naive-proxy LISTEN CERT KEY UPSTREAM_SOCKET` (TLS 1.3, current-thread runtime).
 

@@ -131,7 +131,8 @@ fn set_own_priority(nice: i32) -> Result<(), String> {
 }
 
 /// Moves the calling thread to `SCHED_IDLE`, see sched(7). Written with libc because rustix has
-/// no `sched_setscheduler`. One of the crate's two unsafe functions (the other is in `trim`).
+/// no `sched_setscheduler`. One of the crate's four unsafe functions (listed at `unsafe_code` in
+/// Cargo.toml).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn set_own_policy_idle() -> Result<(), String> {

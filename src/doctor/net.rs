@@ -208,30 +208,10 @@ pub(crate) async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     })
 }
 
-/// An IMF-fixdate (RFC 9110 §5.6.7), the only form a server may send: `Sun, 06 Nov 1994
-/// 08:49:37 GMT`.
+/// An HTTP-date (RFC 9110 §5.6.7): the `httpdate` crate (hyper's), which accepts the three
+/// forms a recipient must (IMF-fixdate, RFC 850, asctime).
 fn httpdate(v: &str) -> Option<SystemTime> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let p: Vec<&str> = v.split(' ').collect();
-    let [weekday, day, month, year, hms, "GMT"] = p.as_slice() else {
-        return None;
-    };
-    if weekday.len() != 4 || !weekday.ends_with(',') || day.len() != 2 {
-        return None;
-    }
-    let month = MONTHS.iter().position(|m| m == month)?;
-    let month = time::Month::try_from(u8::try_from(month + 1).ok()?).ok()?;
-    let date = time::Date::from_calendar_date(year.parse().ok()?, month, day.parse().ok()?).ok()?;
-    let mut t = hms.split(':').map(str::parse::<u8>);
-    let (Some(Ok(h)), Some(Ok(m)), Some(Ok(s)), None) = (t.next(), t.next(), t.next(), t.next())
-    else {
-        return None;
-    };
-    let at = time::PrimitiveDateTime::new(date, time::Time::from_hms(h, m, s).ok()?).assume_utc();
-    let secs = u64::try_from(at.unix_timestamp()).ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+    httpdate::parse_http_date(v).ok()
 }
 
 /// Where to connect for a listen address: a wildcard becomes loopback of its family.
@@ -274,7 +254,8 @@ mod tests {
     fn parses_imf_fixdate() {
         let t = httpdate("Sun, 06 Nov 1994 08:49:37 GMT").expect("date");
         assert_eq!(t, SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777));
-        assert_eq!(httpdate("Sunday, 06-Nov-94 08:49:37 GMT"), None);
+        assert_eq!(httpdate("Sunday, 06-Nov-94 08:49:37 GMT"), Some(t));
+        assert_eq!(httpdate("Sun Nov  6 08:49:37 1994"), Some(t));
         assert_eq!(httpdate(""), None);
     }
 

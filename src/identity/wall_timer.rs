@@ -5,8 +5,9 @@
 //! frozen; the wall clock is stepped forward on resume. A `timerfd` on `CLOCK_REALTIME` armed
 //! with an absolute time (`TFD_TIMER_ABSTIME`) fires as soon as the wall clock passes that time,
 //! however it got there, and `TFD_TIMER_CANCEL_ON_SET` also wakes it when the clock is set
-//! (`timerfd_create(2)`). Written here because it is twenty lines over rustix's safe calls; the
-//! timerfd crates add nothing we need.
+//! (`timerfd_create(2)`). Written here because it is a few lines over rustix's safe calls (the
+//! one unsafe call is tokio's registration of the descriptor, `register`); the timerfd crates
+//! add nothing we need.
 
 use rustix::fd::OwnedFd;
 use rustix::io::Errno;

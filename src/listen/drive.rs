@@ -354,8 +354,9 @@ impl<C: Served> Future for Drive<C> {
         // The drain future is polled once to register with the watch, then only once the watch
         // has changed (an atomic load): polling it on every wake-up re-read the watch's value
         // under its lock and re-registered its waker, 100 to 400 of about 37,500 instructions
-        // per keep-alive request (callgrind, BENCHMARKS.md round 10). The waker it registered
-        // is this task's, the same on every poll, so the watch still wakes the connection.
+        // per keep-alive request (callgrind, docs/benchmarks-history-2026.md round 10). The waker
+        // it registered is this task's, the same on every poll, so the watch still wakes the
+        // connection.
         let changed = !*this.drain_armed || this.shutdown.has_changed().unwrap_or(true);
         if let Some(drain) = this.drain.as_mut().filter(|_| changed) {
             *this.drain_armed = true;

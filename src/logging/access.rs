@@ -3,10 +3,11 @@
 //! An access line has a fixed set of fields whose types are known. Through `tracing` each field
 //! goes through a `dyn Visit` call, most of them through `fmt` (`%` values), and the JSON ones
 //! through `serde_json` per field; the timestamp is formatted from scratch per line. That was
-//! ~11,000 instructions per line (callgrind, BENCHMARKS.md "Performance round 4"). Here the
-//! binary installs [`Direct`] once the subscriber is set ([`super::Stderr::write_access_lines`])
-//! and [`Line::log`] appends the line to the log buffer itself: strings escaped in one pass,
-//! integers without `fmt`, the timestamp's date and time to the second cached.
+//! ~11,000 instructions per line (callgrind, docs/benchmarks-history-2026.md "Performance round
+//! 4"). Here the binary installs [`Direct`] once the subscriber is set
+//! ([`super::Stderr::write_access_lines`]) and [`Line::log`] appends the line to the log buffer
+//! itself: strings escaped in one pass, integers without `fmt`, the timestamp's date and time to
+//! the second cached.
 //!
 //! The bytes are those `tracing_subscriber` writes for the same event (its text format, and its
 //! flattened JSON format, both with [`super::Timestamp`]); the unit tests compare them. Whether
@@ -367,9 +368,12 @@ impl Clock {
 
 /// `YYYY-MM-DDTHH:MM:SS.` of a time `second`s after the epoch, for years up to 9999.
 pub(super) fn prefix(second: u64) -> Option<[u8; 20]> {
-    let days = i64::try_from(second / 86_400).ok()?;
     let of_day = second % 86_400;
-    let (year, month, day) = civil(days);
+    // Once a second (the prefix is kept), so the `time` crate's calendar, not one of our own.
+    let date = time::OffsetDateTime::from_unix_timestamp(i64::try_from(second).ok()?)
+        .ok()?
+        .date();
+    let (year, month, day) = (date.year(), u8::from(date.month()), date.day());
     let year = u16::try_from(year).ok().filter(|y| *y <= 9999)?;
     let mut p = *b"0000-00-00T00:00:00.";
     let two = |p: &mut [u8; 20], at: usize, n: u64| {
@@ -387,18 +391,3 @@ pub(super) fn prefix(second: u64) -> Option<[u8; 20]> {
     Some(p)
 }
 
-/// The proleptic Gregorian (year, month, day) of a day count from 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    // In range by construction: 1..=31 and 1..=12.
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}

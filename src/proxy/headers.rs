@@ -134,11 +134,17 @@ pub(crate) fn agreed_length<'a>(
     for v in values {
         for part in v.as_bytes().split(|b| *b == b',') {
             let part = part.trim_ascii();
-            // 19 digits always fit in a u64.
-            if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+            // As hyper parses it (`headers::from_digits`): digits only, any number of them
+            // (leading zeros too) while the value fits in 64 bits.
+            if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
                 return Err("invalid Content-Length");
             }
-            let n = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+            let n = part
+                .iter()
+                .try_fold(0u64, |n, d| {
+                    n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+                })
+                .ok_or("invalid Content-Length")?;
             match found {
                 Some(prev) if prev != n => return Err("conflicting Content-Length"),
                 _ => found = Some(n),

@@ -47,7 +47,7 @@ pub enum TlsError {
 /// (Mozilla's "modern" profile and Go's crypto/tls put it first), but SHA-256 runs on the CPU's
 /// SHA extensions where aws-lc's SHA-384 falls back to generic code on some CPUs (on an AMD
 /// EPYC, 8 % of an mTLS handshake's CPU in a profile), and AES-128 has 10 rounds instead of 14.
-/// BENCHMARKS.md has the before/after.
+/// docs/benchmarks-history-2026.md has the before/after.
 fn listener_provider() -> rustls::crypto::CryptoProvider {
     let mut p = provider();
     if policy::current().orders_suites() {

@@ -21,20 +21,30 @@
 //!
 //! Written by hand because no maintained crate offers it: tokio-rustls wraps only the buffered
 //! API. The protocol itself (records, keys, alerts, close_notify) stays rustls'; this module
-//! moves bytes between the socket and rustls' states. Semantics as tokio-rustls: `poll_read`
-//! gives end of stream after the peer's close_notify or the socket's end, `poll_shutdown`
-//! sends close_notify and shuts the socket's write side.
+//! moves bytes between the socket and rustls' states. Semantics as tokio-rustls 0.26 over
+//! rustls 0.23:
+//!
+//! - `poll_read` gives every plaintext byte received, then end of stream (`Ok` with nothing)
+//!   after the peer's close_notify;
+//! - a socket that ends without close_notify (a truncation: after whole records, mid-record or
+//!   mid-handshake) is an `UnexpectedEof` error once the plaintext before it is read, on every
+//!   read from then on, as rustls' `Reader` reports it through tokio-rustls. hyper's server
+//!   treats a read error on an idle connection as the client's close, and a cut message as an
+//!   incomplete one, so a client that skips close_notify between requests ends no differently;
+//! - `poll_shutdown` sends close_notify and shuts the socket's write side.
+//!
+//! The invariants the code relies on are checked with `debug_assert!` at each poll's end
+//! ([`ServerStream::check`]).
 
-use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
-use rustls::unbuffered::{
-    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, WriteTraffic,
-};
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::ConnectionState;
 use rustls::ServerConfig;
-use std::cell::RefCell;
 use std::io;
-use std::mem::MaybeUninit;
-use std::pin::Pin;
 use std::sync::Arc;
+use write::{encode_size, encrypt_size, grow, poll_write_all, seal_and_send, Parts};
+
+mod read;
+mod write;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -54,20 +64,6 @@ const MAX_WRITE: usize = GATHER_ON_STACK + 4 * 16384;
 /// over records, and the next record. A peer sending more without completing a message is cut.
 const MAX_INCOMING: usize = 0xffff + 5 + 16384 + 2048;
 
-/// Plaintext for one write: `head` (short, possibly empty) is sealed as a record of its own,
-/// then `data`.
-#[derive(Clone, Copy)]
-struct Parts<'a> {
-    head: &'a [u8],
-    data: &'a [u8],
-}
-
-impl<'a> Parts<'a> {
-    fn one(data: &'a [u8]) -> Self {
-        Self { head: &[], data }
-    }
-}
-
 /// TLS over `S`, server side, after [`accept`].
 pub(crate) struct ServerStream<S> {
     io: S,
@@ -81,6 +77,8 @@ pub(crate) struct ServerStream<S> {
     sent: usize,
     /// The peer sent close_notify, or the socket's read side ended.
     read_closed: bool,
+    /// The socket's read side ended without close_notify: reads fail with `UnexpectedEof`.
+    truncated: bool,
     /// close_notify is in `outgoing` or sent.
     close_queued: bool,
     /// rustls failed (a bad record, an alert from the peer): nothing more is processed.
@@ -122,6 +120,7 @@ where
         outgoing: Vec::new(),
         sent: 0,
         read_closed: false,
+        truncated: false,
         close_queued: false,
         failed: false,
         settled: false,
@@ -155,6 +154,38 @@ impl<S> ServerStream<S> {
             && self.incoming.is_empty()
             && self.outgoing.is_empty()
             && !self.conn.wants_write()
+    }
+
+    /// The invariants between the buffers and the flags, at the end of each poll.
+    fn check(&self) {
+        debug_assert!(
+            self.sent <= self.outgoing.len(),
+            "sent past what was queued"
+        );
+        debug_assert!(
+            self.plain_read <= self.plain.len() && (self.plain_read == 0 || !self.plain.is_empty()),
+            "plaintext read past what was kept"
+        );
+        debug_assert!(
+            !self.truncated || self.read_closed,
+            "truncation ends the read side"
+        );
+        // `poll_fill` stops at MAX_INCOMING, after a read of at most a record or 1 KiB.
+        debug_assert!(
+            self.incoming.len() < MAX_INCOMING + 5 + 16384 + 1024,
+            "ciphertext held past its bound"
+        );
+        debug_assert!(
+            !self.settled || !self.failed,
+            "a failed session is never settled"
+        );
+    }
+
+    /// The socket's read side ended: without close_notify (we are here only if rustls has not
+    /// reported one), a truncation.
+    fn socket_ended(&mut self) {
+        self.read_closed = true;
+        self.truncated = true;
     }
 
     /// Bytes held in this stream's buffers (for the tests of what an idle stream holds).
@@ -357,77 +388,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         };
         (discard, Ok(step))
     }
-
-    /// Reads from the socket into `incoming`: the rest of a started record, or whatever
-    /// arrives into an empty buffer (on the stack first). Ready(0) at the socket's end.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.incoming.is_empty() {
-            let mut stack = [MaybeUninit::<u8>::uninit(); FIRST_READ];
-            let mut buf = ReadBuf::uninit(&mut stack[..]);
-            ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf))?;
-            self.incoming.extend_from_slice(buf.filled());
-            return Poll::Ready(Ok(buf.filled().len()));
-        }
-        if self.incoming.len() >= MAX_INCOMING {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "TLS message too large",
-            )));
-        }
-        // The whole record when its header is in (16 KiB plus overhead at most), else 4 KiB.
-        let want = match self.incoming.get(3..5) {
-            Some(len) => (5 + usize::from(u16::from_be_bytes([len[0], len[1]])))
-                .saturating_sub(self.incoming.len())
-                .max(1024),
-            None => FIRST_READ,
-        };
-        let at = self.incoming.len();
-        self.incoming.resize(at + want, 0);
-        let mut buf = ReadBuf::new(&mut self.incoming[at..]);
-        let read = Pin::new(&mut self.io).poll_read(cx, &mut buf);
-        let n = buf.filled().len();
-        self.incoming.truncate(at + n);
-        ready!(read)?;
-        Poll::Ready(Ok(n))
-    }
-
-    /// Writes `outgoing` to the socket; frees it once all is written.
-    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        poll_write_all(&mut self.io, cx, &mut self.outgoing, &mut self.sent)
-    }
-
-    fn poll_write_plain(
-        &mut self,
-        cx: &mut Context<'_>,
-        data: Parts<'_>,
-    ) -> Poll<io::Result<usize>> {
-        loop {
-            // One write's records at a time: the caller waits while the socket is full.
-            if self.sent < self.outgoing.len() {
-                ready!(self.poll_send(cx))?;
-            }
-            if self.close_queued {
-                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
-            }
-            match self.step(cx, None, Some(data))? {
-                Step::Again => {}
-                Step::CanWrite { wrote } => {
-                    // Sent at once (one system call, as tokio-rustls); if the socket is full,
-                    // the next write or flush waits for it.
-                    if let Poll::Ready(Err(e)) = self.poll_send(cx) {
-                        return Poll::Ready(Err(e));
-                    }
-                    return Poll::Ready(Ok(wrote));
-                }
-                // A handshake record could not be sent yet: the socket wakes us.
-                Step::WriteBlocked => return Poll::Pending,
-                // Not after the handshake: rustls allows application data then.
-                Step::NeedRead => {
-                    return Poll::Ready(Err(io::Error::other("TLS handshake not done")))
-                }
-            }
-        }
-    }
 }
 
 /// Discards what rustls is done with, then gives `step`.
@@ -440,701 +400,5 @@ fn finish(incoming: &mut Vec<u8>, discard: usize, step: io::Result<Step>) -> io:
     step
 }
 
-/// Appends to `out` what `fill` writes into room after its end: `room` bytes first, then the
-/// size rustls asks for. `fill` gives the size written, or `Err(Ok(size needed))`.
-fn grow(
-    out: &mut Vec<u8>,
-    mut room: usize,
-    mut fill: impl FnMut(&mut [u8]) -> Result<usize, Result<usize, io::Error>>,
-) -> io::Result<()> {
-    let at = out.len();
-    loop {
-        out.resize(at + room, 0);
-        match fill(&mut out[at..]) {
-            Ok(n) => {
-                out.truncate(at + n);
-                return Ok(());
-            }
-            Err(Ok(needed)) if needed > room => room = needed,
-            Err(Ok(_)) => {
-                out.truncate(at);
-                return Err(io::Error::other("TLS buffer sizing"));
-            }
-            Err(Err(e)) => {
-                out.truncate(at);
-                return Err(e);
-            }
-        }
-    }
-}
-
-thread_local! {
-    /// Where writes are sealed before they are sent: one buffer per thread, kept at the largest
-    /// write's size (at most [`MAX_WRITE`] and its records' overhead, 70 KiB), so that a write
-    /// costs no allocation, zeroing or page fault; a connection keeps only what its socket did
-    /// not take at once.
-    static SEAL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Encrypts `parts` one after the other into the thread's [`SEAL`] buffer and writes their
-/// records to `io` at once; what the socket does not take now goes to `outgoing` (empty on
-/// entry). `room`: the size expected.
-fn seal_and_send<S: AsyncWrite + Unpin>(
-    traffic: &mut WriteTraffic<'_, ServerConnectionData>,
-    parts: [&[u8]; 2],
-    room: usize,
-    io: &mut S,
-    cx: &mut Context<'_>,
-    outgoing: &mut Vec<u8>,
-    sent: &mut usize,
-) -> io::Result<()> {
-    SEAL.with_borrow_mut(|buf| {
-        if buf.len() < room {
-            buf.resize(room, 0);
-        }
-        let mut len = 0;
-        for part in parts.into_iter().filter(|p| !p.is_empty()) {
-            loop {
-                match traffic.encrypt(part, &mut buf[len..]) {
-                    Ok(n) => {
-                        len += n;
-                        break;
-                    }
-                    Err(e) => match encrypt_size(e)? {
-                        needed if needed > buf.len() - len => buf.resize(len + needed, 0),
-                        _ => return Err(io::Error::other("TLS buffer sizing")),
-                    },
-                }
-            }
-        }
-        send_or_keep(io, cx, &buf[..len], outgoing, sent)
-    })
-}
-
-fn encode_size(e: EncodeError) -> Result<usize, io::Error> {
-    match e {
-        EncodeError::InsufficientSize(InsufficientSizeError { required_size }) => Ok(required_size),
-        e => Err(io::Error::other(e.to_string())),
-    }
-}
-
-fn encrypt_size(e: EncryptError) -> Result<usize, io::Error> {
-    match e {
-        EncryptError::InsufficientSize(InsufficientSizeError { required_size }) => {
-            Ok(required_size)
-        }
-        e => Err(io::Error::other(e.to_string())),
-    }
-}
-
-/// Writes `records` to `io` as far as the socket takes them now, and keeps the rest in `out`
-/// (empty on entry) for [`poll_write_all`]. A socket that is full registers the task's wake-up.
-fn send_or_keep<S: AsyncWrite + Unpin>(
-    io: &mut S,
-    cx: &mut Context<'_>,
-    records: &[u8],
-    out: &mut Vec<u8>,
-    sent: &mut usize,
-) -> io::Result<()> {
-    let mut at = 0;
-    while at < records.len() {
-        match Pin::new(&mut *io).poll_write(cx, &records[at..]) {
-            Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-            Poll::Ready(Ok(k)) => at += k,
-            Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => break,
-        }
-    }
-    out.extend_from_slice(&records[at..]);
-    *sent = 0;
-    Ok(())
-}
-
-/// Writes `out[*sent..]` to `io`; once all of it is written, frees `out`.
-fn poll_write_all<S: AsyncWrite + Unpin>(
-    io: &mut S,
-    cx: &mut Context<'_>,
-    out: &mut Vec<u8>,
-    sent: &mut usize,
-) -> Poll<io::Result<()>> {
-    while *sent < out.len() {
-        let n = ready!(Pin::new(&mut *io).poll_write(cx, &out[*sent..]))?;
-        if n == 0 {
-            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-        }
-        *sent += n;
-    }
-    *out = Vec::new();
-    *sent = 0;
-    Poll::Ready(Ok(()))
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ServerStream<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            if this.plain_read < this.plain.len() {
-                let rest = &this.plain[this.plain_read..];
-                let n = rest.len().min(buf.remaining());
-                buf.put_slice(&rest[..n]);
-                this.plain_read += n;
-                if this.plain_read == this.plain.len() {
-                    this.plain = Vec::new();
-                    this.plain_read = 0;
-                }
-                return Poll::Ready(Ok(()));
-            }
-            if this.read_closed || buf.remaining() == 0 {
-                return Poll::Ready(Ok(()));
-            }
-            let before = buf.filled().len();
-            let step = if this.quiet() {
-                Step::NeedRead
-            } else {
-                this.step(cx, Some(buf), None)?
-            };
-            match step {
-                Step::Again if buf.filled().len() > before => return Poll::Ready(Ok(())),
-                Step::Again => {}
-                Step::WriteBlocked => return Poll::Pending,
-                Step::NeedRead | Step::CanWrite { .. } if this.incoming.is_empty() => {
-                    // Between records (a keep-alive connection's next request): read on the
-                    // stack and decrypt there; only part of a record goes to `incoming`.
-                    let mut stack = [MaybeUninit::<u8>::uninit(); FIRST_READ];
-                    let mut records = ReadBuf::uninit(&mut stack[..]);
-                    ready!(Pin::new(&mut this.io).poll_read(cx, &mut records))?;
-                    if records.filled().is_empty() {
-                        // The socket's end without close_notify: end of stream all the same
-                        // (hyper's framing tells a cut message from a whole one).
-                        this.read_closed = true;
-                        continue;
-                    }
-                    match this.step_on(records.filled_mut(), cx, Some(buf))? {
-                        Step::Again if buf.filled().len() > before => return Poll::Ready(Ok(())),
-                        Step::WriteBlocked => return Poll::Pending,
-                        _ => {}
-                    }
-                }
-                Step::NeedRead | Step::CanWrite { .. } => {
-                    if ready!(this.poll_fill(cx))? == 0 {
-                        this.read_closed = true;
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_write_plain(cx, Parts::one(data))
-    }
-
-    /// Gathers the slices into one record where they fit (hyper writes a head and a body
-    /// chunk together): a record per slice would cost an encryption and 22 bytes each.
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let mut slices = bufs.iter().filter(|b| !b.is_empty());
-        let Some(first) = slices.next() else {
-            return Poll::Ready(Ok(0));
-        };
-        let Some(second) = slices.next().filter(|_| first.len() < 16384) else {
-            return this.poll_write_plain(cx, Parts::one(first));
-        };
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if total <= GATHER_ON_STACK {
-            // A response head with a small body (most of Ironic's answers): gathered on the
-            // stack, no allocation.
-            let mut stack = [MaybeUninit::<u8>::uninit(); GATHER_ON_STACK];
-            let mut gathered = ReadBuf::uninit(&mut stack[..]);
-            for b in bufs {
-                gathered.put_slice(b);
-            }
-            return this.poll_write_plain(cx, Parts::one(gathered.filled()));
-        }
-        if first.len() <= GATHER_ON_STACK && second.len() >= 16384 {
-            // A response head and a large body (a 64 KiB answer): the head is a record of its
-            // own and the body is sealed from where it lies, in the same system call; gathered,
-            // 16 KiB of the body would be copied and sent on their own.
-            return this.poll_write_plain(
-                cx,
-                Parts {
-                    head: first,
-                    data: second,
-                },
-            );
-        }
-        let mut gathered = Vec::with_capacity(total.min(16384));
-        for b in bufs {
-            let n = b.len().min(gathered.capacity() - gathered.len());
-            gathered.extend_from_slice(&b[..n]);
-            if n < b.len() {
-                break;
-            }
-        }
-        this.poll_write_plain(cx, Parts::one(&gathered))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_send(cx))?;
-        Pin::new(&mut this.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.close_queued && !this.failed {
-            ready!(this.poll_send(cx))?;
-            // rustls' state changes here, outside `step_in`.
-            this.settled = false;
-            let Self {
-                conn,
-                incoming,
-                outgoing,
-                ..
-            } = &mut *this;
-            let status = conn.process_tls_records(incoming);
-            let discard = status.discard;
-            // In any other state (records not read yet, a broken session) the socket is shut
-            // without close_notify, as if it were closed.
-            if let Ok(ConnectionState::WriteTraffic(mut traffic)) = status.state {
-                let _ = grow(outgoing, 64, |out| {
-                    traffic.queue_close_notify(out).map_err(encrypt_size)
-                });
-            }
-            finish(incoming, discard, Ok(Step::Again))?;
-            this.close_queued = true;
-        }
-        ready!(this.poll_send(cx))?;
-        Pin::new(&mut this.io).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
-
-    type Client = tokio_rustls::client::TlsStream<DuplexStream>;
-
-    fn configs() -> (Arc<ServerConfig>, Arc<rustls::ClientConfig>) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let der = cert.der().clone();
-        let provider = Arc::new(crate::crypto::provider());
-        let server = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![der.clone()],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-            )
-            .unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(der).unwrap();
-        let client = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        (Arc::new(server), Arc::new(client))
-    }
-
-    async fn pair(room: usize) -> (ServerStream<DuplexStream>, Client) {
-        let (server, client) = configs();
-        let (a, b) = tokio::io::duplex(room);
-        let connector = tokio_rustls::TlsConnector::from(client);
-        let name = ServerName::try_from("localhost").unwrap();
-        let (s, c) = tokio::join!(accept(server, a), connector.connect(name, b));
-        (s.unwrap(), c.unwrap())
-    }
-
-    fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
-    }
-
-    async fn read_all(client: &mut Client) -> Vec<u8> {
-        let mut got = Vec::new();
-        client.read_to_end(&mut got).await.unwrap();
-        got
-    }
-
-    /// Compares without printing megabytes on failure.
-    fn assert_same(got: &[u8], expected: &[u8]) {
-        assert!(
-            got == expected,
-            "{} bytes, expected {}",
-            got.len(),
-            expected.len()
-        );
-    }
-
-    #[tokio::test]
-    async fn data_crosses_both_ways_whole_and_an_idle_stream_holds_no_buffer() {
-        // A small pipe: writes meet a full socket, records arrive in pieces.
-        let (mut server, mut client) = pair(1000).await;
-        let up = pattern(300_000, 7);
-        let down = pattern(1_000_000, 9);
-        let (got_up, got_down) = tokio::join!(
-            async {
-                let mut got = vec![0u8; up.len()];
-                // 100-byte reads: most of every record waits in `plain`.
-                for chunk in got.chunks_mut(100) {
-                    server.read_exact(chunk).await.unwrap();
-                }
-                server.write_all(&down).await.unwrap();
-                server.flush().await.unwrap();
-                got
-            },
-            async {
-                client.write_all(&up).await.unwrap();
-                client.flush().await.unwrap();
-                let mut got = vec![0u8; down.len()];
-                client.read_exact(&mut got).await.unwrap();
-                got
-            }
-        );
-        assert!(got_up == up, "the server read what the client wrote");
-        assert!(got_down == down, "the client read what the server wrote");
-        assert_eq!(server.held(), 0, "no buffer held once every byte moved");
-    }
-
-    #[tokio::test]
-    async fn vectored_writes_arrive_in_order() {
-        let (mut server, mut client) = pair(64 * 1024).await;
-        let big = pattern(40_000, 3);
-        let bufs = [
-            io::IoSlice::new(b"HTTP/1.1 200 OK\r\n\r\n"),
-            io::IoSlice::new(b""),
-            io::IoSlice::new(b"hello"),
-            io::IoSlice::new(&big),
-        ];
-        let mut expected = b"HTTP/1.1 200 OK\r\n\r\nhello".to_vec();
-        expected.extend_from_slice(&big);
-        let (_, got) = tokio::join!(
-            async {
-                let mut copy = bufs;
-                let mut bufs = &mut copy[..];
-                while !bufs.is_empty() {
-                    let n = server.write_vectored(bufs).await.unwrap();
-                    assert!(n > 0);
-                    io::IoSlice::advance_slices(&mut bufs, n);
-                }
-                server.flush().await.unwrap();
-            },
-            async {
-                let mut got = vec![0u8; expected.len()];
-                client.read_exact(&mut got).await.unwrap();
-                got
-            }
-        );
-        assert!(got == expected);
-    }
-
-    #[tokio::test]
-    async fn small_vectored_writes_go_whole_at_the_stack_limit_and_past_it() {
-        let (mut server, mut client) = pair(64 * 1024).await;
-        let head = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n";
-        let mut expected = Vec::new();
-        let (_, got) = tokio::join!(
-            async {
-                // Totals: a head and a small body; exactly the stack's size; one byte over.
-                for (i, body_len) in [
-                    5,
-                    GATHER_ON_STACK - head.len(),
-                    GATHER_ON_STACK - head.len() + 1,
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    let body = pattern(body_len, i as u8);
-                    let bufs = [io::IoSlice::new(head), io::IoSlice::new(&body)];
-                    let n = server.write_vectored(&bufs).await.unwrap();
-                    assert_eq!(n, head.len() + body_len, "the whole of a small gather");
-                    expected.extend_from_slice(head);
-                    expected.extend_from_slice(&body);
-                }
-                server.flush().await.unwrap();
-                server.shutdown().await.unwrap();
-            },
-            read_all(&mut client)
-        );
-        assert_same(&got, &expected);
-    }
-
-    #[tokio::test]
-    async fn a_head_and_a_large_body_are_taken_in_one_write() {
-        // Over a roomy pipe and over one that takes 1,000 bytes at a time (the rest of the
-        // records waits in `outgoing`): the head and as much of the body as one write seals go
-        // in one call, and the client reads them whole and in order.
-        for room in [256 * 1024, 1000] {
-            let (mut server, mut client) = pair(room).await;
-            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 70000\r\n\r\n";
-            let body = pattern(70_000, 5);
-            let mut expected = head.to_vec();
-            expected.extend_from_slice(&body);
-            let (_, got) = tokio::join!(
-                async {
-                    let bufs = [io::IoSlice::new(head), io::IoSlice::new(&body)];
-                    let n = server.write_vectored(&bufs).await.unwrap();
-                    assert_eq!(n, MAX_WRITE, "the head and the body up to one write's most");
-                    server.write_all(&body[n - head.len()..]).await.unwrap();
-                    server.flush().await.unwrap();
-                    assert_eq!(server.held(), 0, "nothing kept once flushed");
-                    server.shutdown().await.unwrap();
-                },
-                read_all(&mut client)
-            );
-            assert_same(&got, &expected);
-        }
-    }
-
-    #[tokio::test]
-    async fn writes_sealed_in_the_thread_buffer_survive_a_full_socket_and_another_stream() {
-        // Two streams on one thread share its seal buffer, each over a 1,000-byte pipe: a
-        // write's records are partly taken, or not at all, and the rest waits in that stream's
-        // `outgoing` while the other stream seals its own writes in the same buffer. Sizes
-        // around one record and past the most sealed per write (four records).
-        async fn stream_through(seed: u8) {
-            let (mut server, mut client) = pair(1000).await;
-            let sizes = [
-                1, 150, 999, 1000, 1001, 4096, 4097, 16384, 16385, 40000, 65536, 70000,
-            ];
-            let writes: Vec<Vec<u8>> = (0..60)
-                .map(|i| pattern(sizes[i % sizes.len()], seed.wrapping_add(i as u8)))
-                .collect();
-            let expected = writes.concat();
-            let (_, got) = tokio::join!(
-                async {
-                    for w in &writes {
-                        server.write_all(w).await.unwrap();
-                    }
-                    server.flush().await.unwrap();
-                    assert_eq!(server.held(), 0, "nothing kept once flushed");
-                    server.shutdown().await.unwrap();
-                },
-                read_all(&mut client)
-            );
-            assert_same(&got, &expected);
-        }
-        tokio::join!(stream_through(1), stream_through(101));
-    }
-
-    #[tokio::test]
-    async fn small_records_read_on_the_stack_arrive_whole_across_key_updates() {
-        // Small records, several to a socket read and some split between two, with key updates
-        // from the client among them (each asks the server for one in return, encoded while it
-        // reads). Read with buffers of assorted sizes, so plaintext also waits in `plain`.
-        let (mut server, mut client) = pair(64 * 1024).await;
-        let writes: Vec<Vec<u8>> = (0..300)
-            .map(|i| pattern([1, 90, 700, 1500, 2999][i % 5], i as u8))
-            .collect();
-        let expected = writes.concat();
-        let (got, ()) = tokio::join!(
-            async {
-                let mut got = Vec::new();
-                let mut sizes = [7, 100, 4096, 16384, 300].into_iter().cycle();
-                while got.len() < expected.len() {
-                    let mut buf = vec![0u8; sizes.next().unwrap()];
-                    let n = server.read(&mut buf).await.unwrap();
-                    assert!(n > 0, "end of stream after {} bytes", got.len());
-                    got.extend_from_slice(&buf[..n]);
-                }
-                server.write_all(b"done").await.unwrap();
-                server.flush().await.unwrap();
-                assert_eq!(server.held(), 0, "nothing kept between records");
-                got
-            },
-            async {
-                for (i, w) in writes.iter().enumerate() {
-                    if i % 25 == 24 {
-                        client.get_mut().1.refresh_traffic_keys().unwrap();
-                    }
-                    client.write_all(w).await.unwrap();
-                    if i % 3 == 0 {
-                        client.flush().await.unwrap();
-                    }
-                }
-                client.flush().await.unwrap();
-                let mut answer = [0u8; 4];
-                client.read_exact(&mut answer).await.unwrap();
-                assert_eq!(&answer, b"done");
-            }
-        );
-        assert_same(&got, &expected);
-    }
-
-    /// Polls one read: true when it is pending (nothing to read yet).
-    async fn nothing_to_read(server: &mut ServerStream<DuplexStream>) -> bool {
-        let mut room = [0u8; 64];
-        std::future::poll_fn(|cx| {
-            let mut buf = ReadBuf::new(&mut room);
-            Poll::Ready(Pin::new(&mut *server).poll_read(cx, &mut buf).is_pending())
-        })
-        .await
-    }
-
-    /// One request in and one answer out, with a look for the next request after each.
-    async fn keep_alive_exchange(server: &mut ServerStream<DuplexStream>, client: &mut Client) {
-        let request = b"GET /v1/nodes HTTP/1.1\r\nHost: localhost\r\n\r\n";
-        let answer = pattern(200, 3);
-        client.write_all(request).await.unwrap();
-        client.flush().await.unwrap();
-        let mut buf = [0u8; 64];
-        let n = server.read(&mut buf).await.unwrap();
-        assert_eq!(&buf[..n], request);
-        assert!(nothing_to_read(server).await);
-        server.write_all(&answer).await.unwrap();
-        server.flush().await.unwrap();
-        assert!(nothing_to_read(server).await);
-        let mut got = vec![0u8; answer.len()];
-        client.read_exact(&mut got).await.unwrap();
-        assert_same(&got, &answer);
-    }
-
-    #[tokio::test]
-    async fn a_keep_alive_exchange_asks_rustls_once_each_way() {
-        // A keep-alive connection as hyper drives it: read a request, look for the next one
-        // (none yet), write the answer, look again. rustls decrypts the request and encrypts
-        // the answer; the looks in between go to the socket without asking it (five calls
-        // into rustls per exchange before `quiet`).
-        let (mut server, mut client) = pair(64 * 1024).await;
-        keep_alive_exchange(&mut server, &mut client).await;
-        let before = server.calls;
-        for _ in 0..20 {
-            keep_alive_exchange(&mut server, &mut client).await;
-        }
-        assert_eq!(
-            server.calls - before,
-            40,
-            "calls into rustls for 20 exchanges"
-        );
-        // A key update from the client while the stream is quiet: the request after it is
-        // read under the new key, and the answer (after rustls' own key update, which it
-        // sends ahead of it) is read by the client.
-        for _ in 0..3 {
-            client.get_mut().1.refresh_traffic_keys().unwrap();
-            keep_alive_exchange(&mut server, &mut client).await;
-        }
-        assert_eq!(server.held(), 0, "nothing kept between exchanges");
-    }
-
-    #[tokio::test]
-    async fn close_notify_ends_each_side_cleanly() {
-        let (mut server, mut client) = pair(64 * 1024).await;
-        client.write_all(b"last words").await.unwrap();
-        client.shutdown().await.unwrap();
-        let mut got = Vec::new();
-        server.read_to_end(&mut got).await.unwrap();
-        assert_eq!(got, b"last words");
-        server.write_all(b"goodbye").await.unwrap();
-        server.shutdown().await.unwrap();
-        let mut got = Vec::new();
-        // tokio-rustls gives a clean end only after close_notify.
-        client.read_to_end(&mut got).await.unwrap();
-        assert_eq!(got, b"goodbye");
-        assert!(
-            server.write_all(b"more").await.is_err(),
-            "no write after close_notify"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_socket_that_ends_mid_handshake_is_unexpected_eof() {
-        let (server, _) = configs();
-        let (a, mut b) = tokio::io::duplex(4096);
-        // A record header announcing more than arrives, then the end.
-        b.write_all(&[0x16, 0x03, 0x01, 0x01, 0x00, 0x01])
-            .await
-            .unwrap();
-        drop(b);
-        let err = accept(server, a).await.err().expect("no handshake");
-        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
-    }
-
-    #[tokio::test]
-    async fn plaintext_is_a_rustls_error_and_gets_no_answer_but_an_alert() {
-        let (server, _) = configs();
-        let (a, mut b) = tokio::io::duplex(4096);
-        b.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let err = accept(server, a).await.err().expect("no handshake");
-        let inner = err
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<rustls::Error>());
-        assert!(inner.is_some(), "rustls' error inside: {err}");
-        let mut answer = Vec::new();
-        b.read_to_end(&mut answer).await.unwrap();
-        assert!(
-            answer.is_empty() || answer[0] == 0x15,
-            "nothing or an alert record, not {answer:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_peer_that_never_completes_a_message_is_cut() {
-        let (server, _) = configs();
-        let (a, mut b) = tokio::io::duplex(256 * 1024);
-        let accepting = tokio::spawn(accept(server, a));
-        // Handshake records whose message claims 16 MB: joined, never complete.
-        let mut flight = vec![0x16, 0x03, 0x03, 0x40, 0x00, 0x01, 0xff, 0xff, 0xff];
-        flight.resize(5 + 0x4000, 0);
-        let _ = b.write_all(&flight).await;
-        let mut more = vec![0x16, 0x03, 0x03, 0x40, 0x00];
-        more.resize(5 + 0x4000, 0);
-        for _ in 0..8 {
-            if b.write_all(&more).await.is_err() {
-                break;
-            }
-        }
-        let err = accepting.await.unwrap().err().expect("no handshake");
-        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
-    }
-
-    #[tokio::test]
-    async fn a_forged_record_after_the_handshake_fails_the_stream_and_nothing_after_panics() {
-        let (mut server, client) = pair(64 * 1024).await;
-        let (mut raw, _) = client.into_inner();
-        // An application-data record whose tag cannot verify.
-        let mut forged = vec![0x17, 0x03, 0x03, 0x00, 0x40];
-        forged.resize(5 + 0x40, 0xab);
-        raw.write_all(&forged).await.unwrap();
-        let mut buf = [0u8; 64];
-        let err = server
-            .read(&mut buf)
-            .await
-            .expect_err("a forged record is an error");
-        assert!(
-            err.get_ref().is_some_and(|e| e.is::<rustls::Error>()),
-            "{err}"
-        );
-        // More bytes, another read, a write and the shutdown: errors or nothing, no panic
-        // (rustls must not see the same records twice).
-        raw.write_all(&forged).await.unwrap();
-        assert!(server.read(&mut buf).await.is_err());
-        assert!(server.write_all(b"x").await.is_err());
-        let _ = server.shutdown().await;
-    }
-}
+mod tests;

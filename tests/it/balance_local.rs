@@ -150,10 +150,8 @@ fn two_sidecars_that_are_each_others_peers_never_loop() {
     let dir = tempfile::tempdir().expect("temp dir");
     // Both listen on the same port of their own address; each resolves the other's name.
     let (a_ip, b_ip) = (ip(32, 1), ip(32, 2));
-    let port = {
-        let ls = bind_same_port(&[a_ip, b_ip]);
-        ls[0].local_addr().expect("address").port()
-    };
+    // Reserved for this test process on every address; each sidecar binds it on its own.
+    let port = support::free_port();
     let mut dns = Dnsmasq::start(ZONE, 1);
     dns.set_hosts(&[
         ("127.0.32.1", "a.metal3.svc"),
@@ -276,10 +274,8 @@ fn a_sidecar_whose_ironic_is_down_fails_the_load_balancers_health_checks() {
     // (a unix socket) and the other sidecar as peer through the headless Service's name.
     let dir = tempfile::tempdir().expect("temp dir");
     let (s1, s2) = (ip(35, 1), ip(35, 2));
-    let port = {
-        let ls = bind_same_port(&[s1, s2]);
-        ls[0].local_addr().expect("address").port()
-    };
+    // Reserved for this test process on every address; each sidecar binds it on its own.
+    let port = support::free_port();
     let mut dns = Dnsmasq::start(ZONE, 1);
     dns.set_hosts(&[
         ("127.0.35.1", "ironic.metal3.svc"),

@@ -54,6 +54,8 @@ impl Mesh {
         let mut backends = Vec::new();
         for (i, l) in listeners.into_iter().enumerate() {
             if i == 1 && f.peer_down {
+                // Refused from now on; the port stays reserved for this process (no one else
+                // binds it, the kernel never picks it).
                 drop(l);
                 continue;
             }

@@ -127,10 +127,15 @@ fn s(p: &Path) -> String {
 
 #[test]
 fn ipv6_peers_found_through_aaaa_are_reached_through_the_balancer_with_tls_and_mtls() {
-    let Some(mut ns) = Netns::create(&PEERS) else {
-        eprintln!("skipped: creating a network namespace needs root (ip netns add)");
+    let ns = Netns::create(&PEERS);
+    if !support::precondition(
+        "netns",
+        ns.is_some(),
+        "a network namespace (`ip netns add`: root and iproute2)",
+    ) {
         return;
-    };
+    }
+    let mut ns = ns.expect("created");
     let dir = tempfile::tempdir().expect("temp dir");
     let d = dir.path();
     std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755))

@@ -56,8 +56,11 @@ const RESIDENT_PERCENT_MAX: u64 = 65;
 
 #[test]
 fn once_ready_the_text_is_mostly_given_back_and_requests_still_work() {
-    if !Path::new("/proc/self/smaps").exists() {
-        eprintln!("skipped: no /proc/self/smaps on this system");
+    if !support::precondition(
+        "proc",
+        Path::new("/proc/self/smaps").exists(),
+        "/proc/self/smaps (Linux procfs)",
+    ) {
         return;
     }
     let sb = Sandbox::new();
@@ -149,8 +152,11 @@ fn anon_and_text_kib(pid: u32) -> (u64, u64) {
 /// when they closed, kept by glibc until `malloc_trim`). Then it serves again.
 #[test]
 fn after_a_quiet_spell_serving_memory_is_given_back_and_requests_still_work() {
-    if !Path::new("/proc/self/smaps_rollup").exists() {
-        eprintln!("skipped: no /proc/self/smaps_rollup on this system");
+    if !support::precondition(
+        "proc",
+        Path::new("/proc/self/smaps_rollup").exists(),
+        "/proc/self/smaps_rollup (Linux procfs)",
+    ) {
         return;
     }
     let sb = Sandbox::new();

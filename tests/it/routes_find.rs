@@ -420,7 +420,10 @@ fn a_request_that_came_through_a_proxy_is_asked_of_local_only() {
 fn a_none_listener_restricts_plain_http_only_when_it_has_a_plaintext_route() {
     let sb = Sandbox::new();
     let api = Upstream::start(&sb.socket("api"));
-    let files = FileServer::start(std::net::TcpListener::bind("127.0.0.1:0").expect("bind"));
+    let files = FileServer::start(
+        support::ports::KeptListener::bind(([127, 0, 0, 1], support::free_port()).into())
+            .expect("bind a reserved port"),
+    );
     files.put("/images/ipa.kernel", b"kernel", ago(5));
     let route = |plaintext: bool| {
         format!(

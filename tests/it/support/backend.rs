@@ -10,6 +10,7 @@
 //!
 //! It runs on its own thread and runtime, so tests can block freely.
 
+use crate::support::ports::{self, KeptListener};
 use crate::support::upstream::{accept_until, serve_on_thread};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -63,23 +64,22 @@ struct Running {
 /// A running (or stopped) backend.
 pub(crate) struct Backend {
     pub addr: SocketAddr,
+    /// Kept bound while stopped: a restart never binds the port again.
+    listener: KeptListener,
     shared: Arc<Shared>,
     tls: Option<Arc<rustls::ServerConfig>>,
     running: Option<Running>,
 }
 
-/// Binds one listener per address, all on the same free port.
-pub(crate) fn bind_same_port(ips: &[IpAddr]) -> Vec<TcpListener> {
+/// Binds one listener per address, all on the same port, reserved for this test process
+/// outside the ephemeral range ([`ports`]); each keeps its socket across stop and restart.
+pub(crate) fn bind_same_port(ips: &[IpAddr]) -> Vec<KeptListener> {
     for _ in 0..100 {
-        let first = TcpListener::bind(SocketAddr::new(ips[0], 0)).expect("bind a loopback port");
-        let port = first.local_addr().expect("local address").port();
-        let mut all = vec![first];
-        for ip in &ips[1..] {
-            match TcpListener::bind(SocketAddr::new(*ip, port)) {
-                Ok(l) => all.push(l),
-                Err(_) => break,
-            }
-        }
+        let port = ports::reserve();
+        let all: Vec<KeptListener> = ips
+            .iter()
+            .map_while(|ip| KeptListener::bind(SocketAddr::new(*ip, port)).ok())
+            .collect();
         if all.len() == ips.len() {
             return all;
         }
@@ -94,16 +94,20 @@ pub(crate) fn ip(net: u8, host: u8) -> IpAddr {
 
 impl Backend {
     /// Starts a plain HTTP backend on `listener`, healthy, answering at once.
-    pub(crate) fn start(id: &str, listener: TcpListener) -> Self {
+    pub(crate) fn start(id: &str, listener: KeptListener) -> Self {
         Self::start_with(id, listener, None)
     }
 
     /// Starts a backend serving TLS.
-    pub(crate) fn start_tls(id: &str, listener: TcpListener, tls: &BackendTls) -> Self {
+    pub(crate) fn start_tls(id: &str, listener: KeptListener, tls: &BackendTls) -> Self {
         Self::start_with(id, listener, Some(server_config(tls)))
     }
 
-    fn start_with(id: &str, listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
+    fn start_with(
+        id: &str,
+        listener: KeptListener,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Self {
         let shared = Arc::new(Shared {
             id: id.to_owned(),
             delay_ms: AtomicU64::new(0),
@@ -114,15 +118,17 @@ impl Backend {
         });
         let mut b = Self {
             addr: listener.local_addr().expect("local address"),
+            listener,
             shared,
             tls,
             running: None,
         };
-        b.run(listener);
+        b.run();
         b
     }
 
-    fn run(&mut self, listener: TcpListener) {
+    fn run(&mut self) {
+        let listener = self.listener.handle();
         listener.set_nonblocking(true).expect("nonblocking");
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let thread = serve_on_thread(
@@ -139,24 +145,19 @@ impl Backend {
     /// Closes the listener and every connection (a killed process, as far as peers can tell).
     pub(crate) fn stop(&mut self) {
         if let Some(r) = self.running.take() {
+            // Refused from now on, as a killed process's port would be; the bind stays.
+            self.listener.close();
             let _ = r.stop.send(());
             let _ = r.thread.join();
         }
     }
 
-    /// Starts again on the same address (the records are kept).
+    /// Starts again on the same address, the same socket listening again (the records are
+    /// kept).
     pub(crate) fn restart(&mut self) {
         assert!(self.running.is_none(), "backend {} is running", self.id());
-        let mut last = None;
-        for _ in 0..200 {
-            match TcpListener::bind(self.addr) {
-                Ok(l) => return self.run(l),
-                Err(e) => last = Some(e),
-            }
-            // Poll interval: retries the bind until the old listener's port is free.
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("cannot bind {} again: {last:?}", self.addr);
+        self.listener.reopen();
+        self.run();
     }
 
     pub(crate) fn set_healthy(&self, ok: bool) {

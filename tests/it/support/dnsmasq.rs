@@ -6,6 +6,11 @@
 //! - SRV records (`--srv-host`) are configuration, and SIGHUP does not re-read configuration (not
 //!   even a `--conf-dir`; checked with dnsmasq 2.90): [`Dnsmasq::set_srv`] restarts the server on
 //!   the same address, so there is a short moment without a server.
+//! - The port is reserved for the test process outside the kernel's ephemeral range
+//!   ([`super::ports`]): while dnsmasq is down (a restart, [`Dnsmasq::stop`]) no outgoing
+//!   connection and no other test can take it. The one program that may still bind it is
+//!   hickory's resolver, which picks random UDP source ports in 1024-65535 on 0.0.0.0 for one
+//!   query (at most its 2 s timeout): a restart that finds the port taken retries on it for 10 s.
 //! - With `--local=/<zone>/` dnsmasq answers NXDOMAIN for unknown names in the zone and an empty
 //!   NOERROR for a type a name lacks, as cluster DNS does; names outside the zone get REFUSED.
 //!
@@ -13,9 +18,10 @@
 //! (`apt-get install -y dnsmasq`); nothing else, no root (as root, dnsmasq drops to `nobody`,
 //! hence the world-readable files).
 
+use super::ports;
 use std::fs;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -43,15 +49,15 @@ impl Dnsmasq {
     /// `ttl` seconds, with no records yet.
     pub(crate) fn start(zone: &str, ttl: u32) -> Self {
         let mut last_error = String::new();
-        // A free port is found by binding it and letting it go; another process could take it
-        // in between, so a failed start is retried on a fresh port.
+        // A failed start (a port held by something outside the reservation scheme) is retried
+        // on a fresh port.
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temporary directory");
             fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
                 .expect("make the directory readable for dnsmasq's unprivileged user");
             let mut dns = Self {
                 dir,
-                addr: free_port(),
+                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, ports::reserve())),
                 zone: zone.to_owned(),
                 ttl,
                 srv: Vec::new(),
@@ -83,9 +89,7 @@ impl Dnsmasq {
     /// Replaces every SRV record; restarts dnsmasq on the same address.
     pub(crate) fn set_srv(&mut self, records: &[SrvRecord]) {
         self.srv = records.to_vec();
-        self.stop();
-        self.launch()
-            .unwrap_or_else(|err| panic!("dnsmasq did not restart: {err}"));
+        self.restart();
     }
 
     /// Kills the server: queries go unanswered (ICMP port unreachable) until [`Self::restart`].
@@ -99,8 +103,17 @@ impl Dnsmasq {
     /// Starts the server again on the same address, with the current records.
     pub(crate) fn restart(&mut self) {
         self.stop();
-        self.launch()
-            .unwrap_or_else(|err| panic!("dnsmasq did not restart: {err}"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.launch() {
+                Ok(()) => return,
+                Err(err) if err.contains("Address already in use") && Instant::now() < deadline => {
+                    // Poll interval: a resolver's query socket holds the port for one query.
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(err) => panic!("dnsmasq did not restart on {}: {err}", self.addr),
+            }
+        }
     }
 
     /// What dnsmasq logged so far, for failure messages.
@@ -209,17 +222,6 @@ fn program() -> &'static str {
         SBIN
     } else {
         "dnsmasq"
-    }
-}
-
-fn free_port() -> SocketAddr {
-    loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port");
-        let addr = udp.local_addr().expect("local address");
-        // dnsmasq also listens on TCP (truncated answers); the same port must be free there.
-        if TcpListener::bind(addr).is_ok() {
-            return addr;
-        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! bytes that are not HTTP, and be stopped (every connection closed, a killed process to peers).
 //! Every request's headers are recorded. Runs on its own thread and runtime.
 
+use crate::support::ports::KeptListener;
 use crate::support::upstream::{header_pairs, serve_on_thread};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -51,6 +52,8 @@ struct State {
 
 pub(crate) struct FileServer {
     pub addr: SocketAddr,
+    /// Kept bound while stopped: a restart never binds the port again.
+    listener: KeptListener,
     state: Arc<Mutex<State>>,
     running: Option<(
         tokio::sync::oneshot::Sender<()>,
@@ -59,17 +62,19 @@ pub(crate) struct FileServer {
 }
 
 impl FileServer {
-    pub(crate) fn start(listener: TcpListener) -> Self {
+    pub(crate) fn start(listener: KeptListener) -> Self {
         let mut s = Self {
             addr: listener.local_addr().expect("address"),
+            listener,
             state: Arc::new(Mutex::new(State::default())),
             running: None,
         };
-        s.run(listener);
+        s.run();
         s
     }
 
-    fn run(&mut self, listener: TcpListener) {
+    fn run(&mut self) {
+        let listener = self.listener.handle();
         listener.set_nonblocking(true).expect("nonblocking");
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let thread = serve_on_thread(
@@ -108,21 +113,17 @@ impl FileServer {
     /// Closes the listener and every connection.
     pub(crate) fn stop(&mut self) {
         if let Some((stop, thread)) = self.running.take() {
+            // Refused from now on, as a killed process's port would be; the bind stays.
+            self.listener.close();
             let _ = stop.send(());
             let _ = thread.join();
         }
     }
 
-    /// Starts again on the same address.
+    /// Starts again on the same address, the same socket listening again.
     pub(crate) fn restart(&mut self) {
-        for _ in 0..200 {
-            if let Ok(l) = TcpListener::bind(self.addr) {
-                return self.run(l);
-            }
-            // Poll interval: retries the bind until the old listener's port is free.
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("cannot bind {} again", self.addr);
+        self.listener.reopen();
+        self.run();
     }
 }
 

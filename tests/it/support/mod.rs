@@ -13,6 +13,7 @@ pub(crate) mod files;
 pub(crate) mod load;
 pub(crate) mod node;
 pub(crate) mod pki;
+pub(crate) mod ports;
 pub(crate) mod proxy;
 pub(crate) mod role;
 pub(crate) mod upstream;
@@ -86,6 +87,28 @@ impl Sandbox {
     }
 }
 
+/// The variable a workstation sets to skip the tests whose precondition it lacks, by the names
+/// [`precondition`] gives them (`IRONIC_PROXY_TEST_OPT_OUT=netns,proc`). CI never sets it: there a
+/// missing precondition fails the test.
+pub(crate) const OPT_OUT: &str = "IRONIC_PROXY_TEST_OPT_OUT";
+
+/// Whether a test whose precondition `name` is `met` runs. Unmet, the test fails naming `what`
+/// it needs, unless `name` is listed in [`OPT_OUT`]: then it is skipped, and says so on stderr.
+pub(crate) fn precondition(name: &str, met: bool, what: &str) -> bool {
+    if met {
+        return true;
+    }
+    let opted_out =
+        std::env::var(OPT_OUT).is_ok_and(|list| list.split(',').any(|n| n.trim() == name));
+    assert!(
+        opted_out,
+        "precondition `{name}` missing: {what}; on a workstation without it, set {OPT_OUT}={name} \
+         to skip this test"
+    );
+    eprintln!("SKIPPED ({OPT_OUT} lists `{name}`): {what}");
+    false
+}
+
 /// Polls `f` until it returns `Some` or `timeout` passes.
 pub(crate) fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
@@ -101,12 +124,11 @@ pub(crate) fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>)
     }
 }
 
-/// A port that was free a moment ago on 127.0.0.1 (the proxy binds it right after).
+/// A port for a server the test starts (the proxy binds it right after): outside the kernel's
+/// ephemeral range and reserved for this test process ([`ports`]), so nothing else takes it in
+/// between.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    ports::reserve()
 }
 
 // ------------------------------------------------------------------------------------------------

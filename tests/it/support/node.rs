@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A port that was free a moment ago on `ip`.
+/// A port for a server on `ip` (any loopback address): reserved for this test process on every
+/// address, outside the ephemeral range ([`super::ports`]).
 pub(crate) fn free_port_on(ip: IpAddr) -> u16 {
-    std::net::TcpListener::bind(SocketAddr::new(ip, 0))
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
+    let port = super::ports::reserve();
+    // Checked on `ip` too: a reserved port is free on 127.0.0.1, not necessarily on `ip`.
+    std::net::TcpListener::bind(SocketAddr::new(ip, port))
+        .unwrap_or_else(|e| panic!("reserved port {port} is taken on {ip}: {e}"));
+    port
 }
 
 /// A TOML basic string.
