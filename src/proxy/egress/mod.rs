@@ -305,3 +305,6 @@ fn has_body(h: &http::HeaderMap) -> bool {
         || h.get(header::CONTENT_LENGTH)
             .is_some_and(|v| v.as_bytes() != b"0")
 }
+
+#[cfg(test)]
+mod tests;
