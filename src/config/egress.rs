@@ -88,16 +88,36 @@ pub(super) fn egress_from_raw(
             msg("needs at least one host, wildcard or CIDR (it is not an open proxy)"),
         );
     }
-    if e.ports.is_empty() || e.ports.contains(&0) {
-        f.push(
-            format!("{path}.ports"),
-            msg("needs at least one port, none of them 0"),
-        );
+    let ports: Vec<u16> = e
+        .ports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| {
+            let port = match v {
+                toml::Value::Integer(n) => u16::try_from(*n).ok(),
+                toml::Value::String(s) => s.trim().parse::<u16>().ok(),
+                _ => None,
+            };
+            let port = port.filter(|p| *p != 0);
+            if port.is_none() {
+                f.push(
+                    format!("{path}.ports[{i}]"),
+                    msg(match v {
+                        toml::Value::String(s) => format!("{s:?} is not a port (1 to 65535)"),
+                        other => format!("{other:?} is not a port (1 to 65535)"),
+                    }),
+                );
+            }
+            port
+        })
+        .collect();
+    if e.ports.is_empty() {
+        f.push(format!("{path}.ports"), msg("needs at least one port"));
     }
     Some(EgressConfig {
         credentials: PathBuf::from(e.credentials),
         targets,
-        ports: e.ports,
+        ports,
     })
 }
 

@@ -87,7 +87,8 @@ pub(super) struct RawListener {
 pub(super) struct RawEgress {
     pub credentials: String,
     pub targets: Vec<String>,
-    pub ports: Vec<u16>,
+    /// Integers, or strings of digits (so a profile can take them from a variable).
+    pub ports: Vec<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
