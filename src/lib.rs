@@ -50,6 +50,7 @@ pub use auth::check as check_auth;
 pub use doctor::run as doctor;
 pub use identity::check as check_identity;
 pub use logging::{AccessFormat, AccessJson, Stderr as LogWriter, Timestamp as LogTimestamp};
+pub use proxy::egress::credentials::check as check_egress;
 pub use server::{runtime, Server};
 pub use signal::Signals;
 

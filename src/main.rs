@@ -208,6 +208,13 @@ fn check(source: &Source) -> ExitCode {
         if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::check_auth(index, a)) {
             return fail(&e);
         }
+        if let Some(Err(e)) = l
+            .egress
+            .as_ref()
+            .map(|e| ironic_proxy::check_egress(index, &e.credentials))
+        {
+            return fail(&e);
+        }
     }
     print!("{}", config.render());
     ExitCode::SUCCESS

@@ -67,6 +67,13 @@ pub struct AuthLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EgressLabels {
+    pub listener: String,
+    /// See `proxy::egress::Outcome`: `forwarded`, `peer_failed`, or why it was refused.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JsonRpcLabels {
     pub listener: String,
     /// A method of `proxy::jsonrpc::KNOWN`, or `other`.
@@ -141,6 +148,7 @@ pub struct Metrics {
     pub dns_failures: Family<UpstreamLabels, Counter>,
     pub panics: Counter,
     pub auth: Family<AuthLabels, Counter>,
+    pub egress_requests: Family<EgressLabels, Counter>,
     pub finds: Family<FindLabels, Counter>,
     pub jsonrpc_calls: Family<JsonRpcLabels, Counter>,
     pub jsonrpc_call_duration: Family<JsonRpcMethodLabels, Histogram>,
@@ -273,6 +281,12 @@ impl Metrics {
             "Basic authentication outcomes by listener",
             auth.clone(),
         );
+        let egress_requests = Family::default();
+        registry.register(
+            "egress_requests",
+            "Requests to egress listeners (Ironic's JSON-RPC client towards peers) by outcome",
+            egress_requests.clone(),
+        );
         let finds = Family::default();
         registry.register(
             "find",
@@ -344,6 +358,7 @@ impl Metrics {
             dns_failures,
             panics,
             auth,
+            egress_requests,
             finds,
             jsonrpc_calls,
             jsonrpc_call_duration,

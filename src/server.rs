@@ -42,6 +42,8 @@ pub enum ServerError {
         #[source]
         source: DiscoveryError,
     },
+    #[error(transparent)]
+    Egress(#[from] crate::proxy::egress::EgressError),
     #[error("{upstream}.tls: tls = true needs an [identity]")]
     PeerTlsWithoutIdentity { upstream: String },
 }
@@ -124,6 +126,7 @@ impl PoolContext<'_> {
         Ok(Pool::new(PoolOptions {
             name,
             local: u.local.clone(),
+            local_tls: None,
             dns,
             peer_tls,
             balance: u.balance,
@@ -223,7 +226,10 @@ impl Server {
                 &format!("listeners[{index}].upstream"),
                 &mut tasks,
             )?;
-            readiness.add(Box::new(PoolCheck(upstream.clone())));
+            // An egress listener has no upstream of its own to be ready with.
+            if lc.egress.is_none() {
+                readiness.add(Box::new(PoolCheck(upstream.clone())));
+            }
             let gate = match &lc.auth {
                 Some(a) => {
                     let every = config
@@ -241,6 +247,9 @@ impl Server {
                 .with_jsonrpc(lc.jsonrpc);
             if !lc.routes.is_empty() {
                 proxy = proxy.with_routes(route_table(index, lc, &ctx, &mut tasks)?);
+            }
+            if let Some(e) = &lc.egress {
+                proxy = proxy.with_egress(Some(egress(index, lc, e, &ctx, &mut tasks)?));
             }
             let proxy = Arc::new(proxy);
             let tls = match (lc.tls, &identity) {
@@ -335,6 +344,43 @@ impl Server {
         }
         clean
     }
+}
+
+/// The egress gate of listener `index`, with its own follower of the identity's client
+/// configuration (every new connection to a peer presents the current certificate).
+fn egress(
+    index: usize,
+    lc: &crate::config::ListenerConfig,
+    e: &crate::config::EgressConfig,
+    ctx: &PoolContext<'_>,
+    tasks: &mut Tasks,
+) -> Result<Arc<crate::proxy::egress::Egress>, ServerError> {
+    let Some(id) = ctx.identity else {
+        return Err(ServerError::PeerTlsWithoutIdentity {
+            upstream: format!("listeners[{index}].egress"),
+        });
+    };
+    let (client, task) = ReloadableClient::follow(
+        id.subscribe(),
+        format!("{} (egress)", lc.name),
+        tls::peer::client_config,
+    )
+    .map_err(|e| ServerError::Tls(TlsError::Config(e)))?;
+    tasks.add(&task);
+    let every = ctx
+        .config
+        .identity
+        .as_ref()
+        .map_or(Duration::from_secs(2), |i| i.watch_interval);
+    Ok(crate::proxy::egress::Egress::start(
+        &lc.name,
+        index,
+        e,
+        client,
+        every,
+        ctx.config.limits.header_bytes,
+        ctx.metrics,
+    )?)
 }
 
 /// The routes of listener `index`: one pool per route, built as a listener's (its own DNS

@@ -267,10 +267,26 @@ impl Gate {
         }
     }
 
+    /// Checks the Basic credentials in `field` (`Proxy-Authorization` on an egress listener)
+    /// the way [`Self::admit`] checks `Authorization`, and counts the outcome. No path is public.
+    pub(crate) async fn check_field(
+        &self,
+        headers: &http::HeaderMap,
+        field: &http::HeaderName,
+    ) -> Outcome {
+        let outcome = self.verify_field(headers, field).await;
+        self.counters[outcome as usize].inc();
+        outcome
+    }
+
     async fn verify(&self, headers: &http::HeaderMap) -> Outcome {
-        let mut values = headers.get_all(header::AUTHORIZATION).iter();
+        self.verify_field(headers, &header::AUTHORIZATION).await
+    }
+
+    async fn verify_field(&self, headers: &http::HeaderMap, field: &http::HeaderName) -> Outcome {
+        let mut values = headers.get_all(field).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
-            return if headers.contains_key(header::AUTHORIZATION) {
+            return if headers.contains_key(field) {
                 Outcome::Malformed
             } else {
                 Outcome::NoCredentials
@@ -339,7 +355,7 @@ impl Gate {
 /// `Basic <base64(user:password)>` (RFC 7617): the scheme case-insensitive, one or more spaces,
 /// padded standard base64, a UTF-8 user without control characters, a password without NUL.
 /// `None` for anything else, including other schemes.
-fn parse_basic(value: &[u8]) -> Option<(String, Vec<u8>)> {
+pub(crate) fn parse_basic(value: &[u8]) -> Option<(String, Vec<u8>)> {
     if value.len() > MAX_CREDENTIALS || value.len() < 6 {
         return None;
     }

@@ -5,7 +5,8 @@
 //! writes a literal `$`. Environment reads go through [`Env`] so tests never touch the process
 //! environment.
 //!
-//! List-valued keys ([`LIST_KEYS`]: `dns_names`, `ip_addresses`, `allow`, `fallback`, `servers`) take a
+//! List-valued keys ([`LIST_KEYS`]: `dns_names`, `ip_addresses`, `allow`, `fallback`, `servers`,
+//! and an egress listener's `targets` and `ports`) take a
 //! comma-separated value in one item, so one environment variable can carry a whole list (the
 //! downward API's `status.podIPs` is `10.0.0.5,fd00::5`). After expansion such an item becomes
 //! one item per comma-separated piece and empty pieces are dropped, so `"${EXTRA:-}"` adds
@@ -48,8 +49,15 @@ pub enum InterpError {
 }
 
 /// Keys whose array items are split at commas after expansion (see the module docs).
-pub(crate) const LIST_KEYS: &[&str] =
-    &["dns_names", "ip_addresses", "allow", "fallback", "servers"];
+pub(crate) const LIST_KEYS: &[&str] = &[
+    "dns_names",
+    "ip_addresses",
+    "allow",
+    "fallback",
+    "servers",
+    "targets",
+    "ports",
+];
 
 /// Expands every `${...}` in `input`.
 pub fn expand(input: &str, env: &dyn Env) -> Result<String, InterpError> {

@@ -39,6 +39,8 @@ pub struct ListenerConfig {
     pub auth: Option<crate::auth::AuthConfig>,
     /// Path routes to other upstreams; `upstream` serves every other path.
     pub routes: Vec<RouteConfig>,
+    /// `[listeners.egress]`: the listener is a forward proxy to peers; `upstream` is empty.
+    pub egress: Option<super::EgressConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -53,6 +55,21 @@ pub struct UpstreamConfig {
     pub health: HealthOptions,
     /// Further tries on another endpoint (default 2).
     pub retries: u32,
+}
+
+impl UpstreamConfig {
+    /// The upstream of an egress listener: no endpoint of its own.
+    fn none() -> Self {
+        Self {
+            local: None,
+            dns: None,
+            fallback: Vec::new(),
+            tls: false,
+            balance: Policy::default(),
+            health: HealthOptions::default(),
+            retries: 0,
+        }
+    }
 }
 
 impl fmt::Display for ListenAddr {
@@ -172,7 +189,34 @@ pub(super) fn listener_from_raw(
             msg("h2 is offered through ALPN, so it needs tls"),
         );
     }
-    let upstream = upstream_from_raw(l.upstream, &format!("{path}.upstream"), f);
+    let egress = l.egress.and_then(|e| {
+        let at = format!("{path}.egress");
+        super::egress::egress_from_raw(e, &at, listen.as_ref(), tls, f)
+    });
+    let upstream = match (l.upstream, egress.is_some()) {
+        (Some(v), false) => upstream_from_raw(v, &format!("{path}.upstream"), f),
+        (None, true) => Some(UpstreamConfig::none()),
+        (None, false) => {
+            f.push(
+                format!("{path}.upstream"),
+                msg("missing: every listener needs one"),
+            );
+            None
+        }
+        (Some(_), true) => {
+            f.push(
+                format!("{path}.upstream"),
+                msg("an egress listener forwards to the host each request names; it has none"),
+            );
+            None
+        }
+    };
+    if egress.is_some() && (l.auth.is_some() || !l.routes.is_empty() || !allow.is_empty()) {
+        f.push(
+            format!("{path}.egress"),
+            msg("an egress listener takes no auth, routes or allow (its credentials are its own)"),
+        );
+    }
     let auth = l
         .auth
         .and_then(|v| crate::auth::from_toml(v, &format!("{path}.auth"), &mut |p, e| f.push(p, e)));
@@ -188,5 +232,6 @@ pub(super) fn listener_from_raw(
         upstream: upstream?,
         auth,
         routes,
+        egress,
     })
 }

@@ -6,6 +6,7 @@
 //! Nothing here touches the filesystem except [`Config::load`] reading the file itself; whether
 //! certificate files exist and parse is the identity module's business (`check` runs both).
 
+mod egress;
 mod identity;
 mod interp;
 mod listener;
@@ -19,6 +20,7 @@ mod upstream;
 
 pub use crate::identity::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 pub use crate::tls::TlsMode;
+pub use egress::EgressConfig;
 pub use interp::{expand, Env, InterpError, ProcessEnv};
 pub use listener::{ListenAddr, ListenerConfig, UpstreamAddr, UpstreamConfig};
 pub use routes::{Find, PathPattern, RouteConfig};
@@ -300,6 +302,12 @@ impl Config {
                     f.push(
                         format!("{path}.name"),
                         msg(format!("duplicate listener name {:?}", l.name)),
+                    );
+                }
+                if l.egress.is_some() && identity.is_none() {
+                    f.push(
+                        format!("{path}.egress"),
+                        msg("an egress listener presents the sidecar's identity: it needs an [identity] table"),
                     );
                 }
                 if l.tls != TlsMode::None && identity.is_none() {

@@ -17,6 +17,7 @@
 //!   the API without authentication and says so in a warning. `IRONIC_PROXY_AUTH_REALM` sets the
 //!   realm. The JSON-RPC listener never gets `[listeners.auth]`: its peers are authenticated by
 //!   mTLS, and Ironic's own `http_basic` credentials pass through it untouched.
+//! - `IRONIC_PROXY_EGRESS_CREDENTIALS`: keeps the `json-rpc-egress` listener (see [`egress`]).
 //! - `IRONIC_PROXY_TLS_MIN_VERSION`, `IRONIC_PROXY_TLS_CIPHER_SUITES`, `IRONIC_PROXY_TLS_GROUPS`
 //!   (lists comma-separated): the `[tls]` policy; each unset one keeps the default.
 //!
@@ -242,9 +243,11 @@ fn assemble(tree: &mut toml::Value, env: &dyn Env) -> Result<Origins, ProfileErr
         }
     }
     security::assemble(tree, env, &mut origins)?;
+    egress::assemble(tree, env, &mut origins);
     Ok(origins)
 }
 
+mod egress;
 mod security;
 
 #[cfg(test)]

@@ -71,12 +71,24 @@ pub(super) struct RawListener {
     pub http2: Option<bool>,
     pub jsonrpc: Option<bool>,
     pub allow: Option<Vec<String>>,
-    /// A string (`local` shorthand) or a table; typed in `from_raw`.
-    pub upstream: toml::Value,
+    /// A string (`local` shorthand) or a table; typed in `from_raw`. Required unless the
+    /// listener is an egress proxy, which has none.
+    pub upstream: Option<toml::Value>,
     /// `[listeners.auth]`, typed by `crate::auth::from_toml`.
     pub auth: Option<toml::Value>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    /// `[listeners.egress]`: a forward proxy towards peers (see `super::egress`).
+    pub egress: Option<RawEgress>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEgress {
+    pub credentials: String,
+    pub targets: Vec<String>,
+    /// Integers, or strings of digits (so a profile can take them from a variable).
+    pub ports: Vec<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -118,6 +118,17 @@ impl Config {
             if lc.jsonrpc {
                 let _ = writeln!(o, "jsonrpc = true");
             }
+            if let Some(e) = &lc.egress {
+                let ports: Vec<String> = e.ports.iter().map(ToString::to_string).collect();
+                let _ = writeln!(
+                    o,
+                    "[listeners.egress]\ncredentials = {}\ntargets = {}\nports = [{}]",
+                    q(&e.credentials.display().to_string()),
+                    list(&e.targets),
+                    ports.join(", ")
+                );
+                continue;
+            }
             let u = &lc.upstream;
             let _ = writeln!(o, "[listeners.upstream]");
             if let Some(local) = &u.local {

@@ -50,6 +50,12 @@ pub enum ProxyError {
     MethodNotAllowed(HeaderValue),
     #[error("not found on any endpoint")]
     NotFound,
+    /// 407 with `Proxy-Authenticate` (an egress listener, missing or wrong credentials).
+    #[error("proxy authentication required")]
+    ProxyAuth { challenge: HeaderValue, close: bool },
+    /// 403 from an egress listener: a host, port or client it does not serve.
+    #[error("egress refused: {0}")]
+    EgressRefused(&'static str),
 }
 
 /// How an upstream failed a request.
@@ -95,6 +101,8 @@ impl ProxyError {
             Self::PlainHttp => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotFound => StatusCode::NOT_FOUND,
+            Self::ProxyAuth { .. } => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            Self::EgressRefused(_) => StatusCode::FORBIDDEN,
         }
     }
 
@@ -111,7 +119,9 @@ impl ProxyError {
             | Self::Loop
             | Self::PlainHttp
             | Self::MethodNotAllowed(_)
-            | Self::NotFound => Blame::Client,
+            | Self::NotFound
+            | Self::ProxyAuth { .. }
+            | Self::EgressRefused(_) => Blame::Client,
             Self::BadGateway { .. } | Self::GatewayTimeout => Blame::Upstream,
             Self::NoUpstream => Blame::Proxy,
         }
@@ -135,6 +145,8 @@ impl ProxyError {
             Self::PlainHttp => "forbidden",
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::NotFound => "not_found",
+            Self::ProxyAuth { .. } => "proxy_authentication_required",
+            Self::EgressRefused(_) => "forbidden",
         }
     }
 
@@ -160,7 +172,11 @@ impl ProxyError {
         // Route refusals (403 over plain HTTP, 405) are answered before the body is read too.
         if matches!(
             self,
-            Self::BadRequest(_) | Self::Forbidden | Self::PlainHttp | Self::MethodNotAllowed(_)
+            Self::BadRequest(_)
+                | Self::Forbidden
+                | Self::PlainHttp
+                | Self::MethodNotAllowed(_)
+                | Self::EgressRefused(_)
         ) {
             // RFC 9112 §6.3: after rejecting a request whose framing we do not trust, close the
             // connection; parsing on would take the rejected body for the next request. A
@@ -178,6 +194,14 @@ impl ProxyError {
                     .insert(header::WWW_AUTHENTICATE, challenge.clone());
                 if *close {
                     // Answered before the body was read: as for 403 above.
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+            }
+            Self::ProxyAuth { challenge, close } => {
+                resp.headers_mut()
+                    .insert(header::PROXY_AUTHENTICATE, challenge.clone());
+                if *close {
                     resp.headers_mut()
                         .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }

@@ -8,6 +8,7 @@
 
 mod admit;
 pub(crate) mod body;
+pub(crate) mod egress;
 mod error;
 pub(crate) mod find;
 mod h1;
@@ -88,6 +89,8 @@ pub struct Proxy {
     routes: Option<Arc<route::Routes>>,
     /// `jsonrpc = true`: the method of each call is read for the log and metrics.
     jsonrpc: bool,
+    /// `[listeners.egress]`: requests name their peer and pass the egress gate first.
+    egress: Option<Arc<egress::Egress>>,
     /// Upstream latency to the response head: `[local, peer]`.
     upstream_latency: [prometheus_client::metrics::histogram::Histogram; 2],
 }
@@ -114,6 +117,7 @@ impl Proxy {
             auth: None,
             routes: None,
             jsonrpc: false,
+            egress: None,
             upstream_latency,
         }
     }
@@ -132,6 +136,13 @@ impl Proxy {
         self
     }
 
+    /// Makes the listener an egress proxy (see [`egress`]).
+    #[must_use]
+    pub fn with_egress(mut self, egress: Option<Arc<egress::Egress>>) -> Self {
+        self.egress = egress;
+        self
+    }
+
     /// Marks the listener as JSON-RPC (`jsonrpc = true`): see [`jsonrpc`].
     #[must_use]
     pub fn with_jsonrpc(mut self, on: bool) -> Self {
@@ -141,7 +152,11 @@ impl Proxy {
     }
 
     /// Handles one request; never fails: errors become the proxy's own responses.
-    pub async fn handle(&self, req: Request<Incoming>, conn: &ConnInfo) -> Response<ResponseBody> {
+    pub async fn handle(
+        &self,
+        mut req: Request<Incoming>,
+        conn: &ConnInfo,
+    ) -> Response<ResponseBody> {
         let start = Instant::now();
         let mut record = log::Record::new(
             &self.listener,
@@ -150,7 +165,20 @@ impl Proxy {
             self.listener_metrics.clone(),
             start,
         );
-        let mut resp = match self.forward(req, conn, &mut record.rpc_method).await {
+        let forwarded = match &self.egress {
+            None => self.forward(req, conn, None, &mut record.rpc_method).await,
+            Some(e) => match e.admit(&mut req, conn).await {
+                Err(refused) => Err(refused),
+                Ok(pool) => {
+                    let r = self
+                        .forward(req, conn, Some(pool), &mut record.rpc_method)
+                        .await;
+                    e.count_result(&r);
+                    r
+                }
+            },
+        };
+        let mut resp = match forwarded {
             Ok((resp, endpoint)) => {
                 record.upstream = Some(endpoint);
                 resp
@@ -203,6 +231,7 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         conn: &ConnInfo,
+        egress: Option<Arc<Pool>>,
         rpc_method: &mut Option<&'static str>,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         admit::check(&req, conn, &self.limits)?;
@@ -280,11 +309,12 @@ impl Proxy {
             parts.headers.insert(header::HOST, v);
         }
         parts.version = Version::HTTP_11;
-        let upstream = match decision {
-            route::Decision::Default => &self.upstream,
-            route::Decision::Forward(pool) => pool,
+        let upstream = match (&egress, decision) {
+            (Some(peer), _) => peer,
+            (None, route::Decision::Default) => &self.upstream,
+            (None, route::Decision::Forward(pool)) => pool,
             // GET and HEAD only; a body sent with one is not forwarded.
-            route::Decision::Find(finder) => return finder.find(parts, via_proxy).await,
+            (None, route::Decision::Find(finder)) => return finder.find(parts, via_proxy).await,
         };
         let timer = &conn.upstream_timer;
         retry::send(self, parts, body, via_proxy, &cut, upstream, timer).await

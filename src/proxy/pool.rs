@@ -71,6 +71,8 @@ pub struct Pool {
 pub struct PoolOptions {
     pub name: String,
     pub local: Option<UpstreamAddr>,
+    /// TLS towards `local` (an egress listener's peer); `None`: plain, as a sidecar's Ironic.
+    pub local_tls: Option<PeerTls>,
     pub dns: Option<watch::Receiver<EndpointSet>>,
     pub peer_tls: Option<Arc<crate::tls::ReloadableClient>>,
     pub balance: crate::balance::Policy,
@@ -92,6 +94,7 @@ impl PoolOptions {
         Self {
             name: name.into(),
             local: Some(addr),
+            local_tls: None,
             dns: None,
             peer_tls: None,
             balance: crate::balance::Policy::LeastRequest,
@@ -162,8 +165,9 @@ impl Pool {
             upstream: opts.name.clone(),
             metrics: opts.metrics.clone(),
         };
+        let local_tls = opts.local_tls;
         let local = opts.local.map(|addr| {
-            let endpoint = Arc::new(Endpoint::new(addr, None, opts.max_response_head));
+            let endpoint = Arc::new(Endpoint::new(addr, local_tls, opts.max_response_head));
             if has_dns {
                 // With peers to fall back to, local is health-checked like them, but starts
                 // available so the first requests need not wait for a check.

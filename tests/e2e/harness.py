@@ -553,3 +553,58 @@ def tail(path, lines=40):
             return "".join(f.readlines()[-lines:])
     except OSError as e:
         return f"({e})"
+
+
+# --- egress (issue 34): Ironic's JSON-RPC client without TLS ---------------------------------
+
+EGRESS_PORT = 8090  # the sidecar's egress listener, on the instance's own loopback IP
+EGRESS_USER = "ironic-rpc"
+# A fake ramdisk agent (tests/e2e/ironic_e2e.py, --egress): an address that is no conductor's.
+AGENT_IP = "127.0.0.5"
+AGENT_PORT = 9999
+
+
+def egress_listener(inst, peer_ips, credentials):
+    """The egress listener appended to `sidecar_config`: the same as the built-in profile's
+    (config/profiles/sidecar.toml) with the test's addresses."""
+    targets = ", ".join(f'"{ip}/32"' for ip in peer_ips)
+    return f"""
+[[listeners]]
+name = "json-rpc-egress"
+listen = "{inst.ip}:{EGRESS_PORT}"
+tls = "none"
+jsonrpc = true
+[listeners.egress]
+credentials = "{credentials}"
+targets = ["*.ironic.metal3.svc", {targets}]
+ports = [{RPC_PORT}]
+"""
+
+
+def egress_profile_env(inst, credentials):
+    """What `sidecar_profile_env` adds for the profile's egress listener."""
+    return {
+        "IRONIC_PROXY_EGRESS_CREDENTIALS": credentials,
+        "IRONIC_PROXY_EGRESS_LISTEN": f"{inst.ip}:{EGRESS_PORT}",
+    }
+
+
+def egress_ironic_conf(conf):
+    """`ironic_conf` for egress: plain HTTP to the peers (through HTTP_PROXY), and no
+    certificate, key or CA for Ironic to read."""
+    out = []
+    for line in conf.splitlines():
+        if line.startswith(("cafile", "certfile", "keyfile")):
+            continue
+        out.append("client_use_ssl = False" if line.startswith("client_use_ssl") else line)
+    return "\n".join(out) + "\n"
+
+
+def egress_env(inst, password):
+    """Ironic's environment for egress: keystoneauth (JSON-RPC) and requests send http:// URLs
+    to HTTP_PROXY, except for the hosts of NO_PROXY: loopback and the agents' network (here the
+    fake agent's address). The conductors' own IPs must not be in NO_PROXY."""
+    return {
+        "HTTP_PROXY": f"http://{EGRESS_USER}:{password}@{inst.ip}:{EGRESS_PORT}",
+        "NO_PROXY": f"localhost,127.0.0.1,{AGENT_IP}/32",
+    }

@@ -20,6 +20,7 @@ import collections
 import json
 import os
 import shutil
+import secrets
 import signal
 import socket
 import ssl
@@ -34,6 +35,7 @@ import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import egress_checks  # noqa: E402
 import operate_checks  # noqa: E402
 
 LB_URL = f"https://{h.LB_HOST}:{h.LB_PORT}"
@@ -63,6 +65,7 @@ class Summary:
         self.figures = []  # (name, text)
         self.checks = {}  # number -> (title, ok, detail)
         self.error = None
+        self.expected = 6  # 7 with --egress (tests/e2e/egress_checks.py)
 
     def timing(self, name, seconds):
         self.timings.append((name, seconds))
@@ -79,7 +82,7 @@ class Summary:
     def passed(self):
         return (
             self.error is None
-            and len(self.checks) == 6
+            and len(self.checks) == self.expected
             and all(ok for _, ok, _ in self.checks.values())
         )
 
@@ -114,9 +117,10 @@ class Summary:
             4: "rolling restart: 0 failed reads through the LB",
             5: "certificate rotation mid-run with 0 failed JSON-RPC calls",
             operate_checks.CHECK: operate_checks.TITLE,
+            egress_checks.CHECK: egress_checks.TITLE,
         }
         passed = failed = 0
-        for n in range(1, 7):
+        for n in range(1, self.expected + 1):
             title, ok, detail = self.checks.get(n, (titles[n], False, "not reached"))
             passed += ok
             failed += not ok
@@ -280,6 +284,7 @@ class E2E:
         # metrics die with them): renewals, and json-rpc handshake failures
         self.renewals_lost = collections.Counter()
         self.rpc_failures_lost = collections.Counter()
+        self.egress_password = None
         self.flow_windows = []  # (t0, t1) of the node flows, for rotation counting
         self.wall = {}  # phase -> (wall-clock start, end), to match log timestamps
 
@@ -320,11 +325,12 @@ class E2E:
         h.wait_for(f"sidecar {inst.ip} to export its certificate", up, 30)
 
     def start_ironic(self, inst):
+        egress = h.egress_env(inst, self.egress_password) if self.args.egress else {}
         inst.ironic = self.procs.start(
             f"ironic {inst.ip}",
             [os.path.join(self.venv_bin, "ironic"), "--config-file", inst.conf],
             inst.ironic_log,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **egress},
         )
 
     def serving(self, inst):
@@ -419,6 +425,8 @@ class E2E:
         self.analyse()
         # Issue 14: doctor on every instance, JSON-RPC methods per calling conductor.
         operate_checks.run(self)
+        if self.args.egress:
+            egress_checks.run(self)
 
     def setup(self):
         with Phase(self.s, "setup (PKI, MariaDB, dnsmasq, 3 instances, LB)"):
@@ -460,11 +468,22 @@ class E2E:
             self.instances[0].profile_env = h.sidecar_profile_env(
                 self.instances[0], self.ca_dir, h.IPS
             )
+            # --egress: one credentials file that Ironic's HTTP_PROXY and every sidecar share.
+            cred = os.path.join(self.root, "egress.credentials")
+            if self.args.egress:
+                self.egress_password = secrets.token_urlsafe(18)
+                with open(cred, "w") as f:
+                    f.write(f"{h.EGRESS_USER}:{self.egress_password}\n")
+                self.instances[0].profile_env.update(h.egress_profile_env(self.instances[0], cred))
+                self.s.expected = egress_checks.CHECK
             for inst in self.instances:
                 with open(inst.sidecar_conf, "w") as f:
                     f.write(h.sidecar_config(inst, self.ca_dir, h.IPS))
+                    if self.args.egress:
+                        f.write(h.egress_listener(inst, h.IPS, cred))
                 with open(inst.conf, "w") as f:
-                    f.write(h.ironic_conf(inst, self.db.url))
+                    conf = h.ironic_conf(inst, self.db.url)
+                    f.write(h.egress_ironic_conf(conf) if self.args.egress else conf)
                 args, env = self.sidecar_args(inst)
                 h.run([self.bin, "check", *args], f"check sidecar {inst.ip} ({args[0]})", env=env)
             self.lb_admin = f"http://127.0.0.1:{h.free_port()}"
@@ -567,6 +586,10 @@ class E2E:
                 for name in self.names:
                     self.api_get(f"/v1/nodes/{name}/validate")
                     calls += 1
+                if self.args.egress:
+                    # Past the egress pool's 5 s idle expiry: the next round's calls open new
+                    # TLS connections to the peers, each with the identity current then.
+                    time.sleep(5.5)
                 now = time.monotonic()
                 renewed = {i.ip: self.serials.changes_between(i.ip, t0, now) for i in self.instances}
                 if all(v >= 2 for v in renewed.values()):
@@ -1043,6 +1066,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proxy-bin", required=True, help="the ironic-proxy binary")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--egress",
+        action="store_true",
+        help="Ironic's JSON-RPC client without TLS, through each sidecar's egress listener",
+    )
     args = parser.parse_args()
 
     def terminate(signum, _frame):

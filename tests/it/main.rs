@@ -25,6 +25,7 @@ mod balance_peer_tls;
 mod discovery_dns;
 mod doctor;
 mod dual_stack;
+mod egress;
 mod faults_load;
 mod identity_ca_rotation;
 mod identity_export;

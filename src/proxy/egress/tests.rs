@@ -1,0 +1,224 @@
+//! The egress gate in process: its refusals, their order and their counts, for what a real
+//! client cannot produce here (a peer address off loopback on a loopback-only listener).
+
+use super::{Egress, Outcome};
+use crate::config::{Config, EgressConfig};
+use crate::metrics::Metrics;
+use crate::proxy::{ConnInfo, ProxyError};
+use crate::tls::Reloadable;
+use base64::Engine as _;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn config(credentials: &std::path::Path) -> EgressConfig {
+    let text = format!(
+        "[identity]\ncert = \"/c\"\nkey = \"/k\"\ntrust = \"/t\"\n[[listeners]]\n\
+         listen = \"127.0.0.1:8090\"\n[listeners.egress]\ncredentials = \"{}\"\n\
+         targets = [\"*.ironic.test\", \"10.0.10.0/24\"]\nports = [6189]\n",
+        credentials.display()
+    );
+    let c = Config::parse(&text, &HashMap::<String, String>::new()).expect("config");
+    c.listeners[0].egress.clone().expect("egress")
+}
+
+fn egress(dir: &std::path::Path) -> (Arc<Egress>, Metrics) {
+    let cred = dir.join("cred");
+    std::fs::write(&cred, "ironic:pw\n").expect("write");
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(crate::crypto::provider()))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let metrics = Metrics::new();
+    let e = Egress::start(
+        "egress",
+        0,
+        &config(&cred),
+        Reloadable::fixed(Arc::new(client)),
+        Duration::from_secs(60),
+        65536,
+        &metrics,
+    )
+    .expect("start");
+    (e, metrics)
+}
+
+fn request(method: &str, target: &str, auth: Option<&str>) -> http::Request<()> {
+    let mut b = http::Request::builder().method(method).uri(target);
+    if let Some(a) = auth {
+        let token = base64::engine::general_purpose::STANDARD.encode(a);
+        b = b.header("proxy-authorization", format!("Basic {token}"));
+    }
+    b.body(()).expect("request")
+}
+
+fn status(r: &Result<Arc<crate::proxy::pool::Pool>, ProxyError>) -> u16 {
+    r.as_ref().err().map_or(200, |e| e.status().as_u16())
+}
+
+/// Client, method, target, credentials, the status and the outcome counted.
+type Case<'a> = (
+    &'a ConnInfo,
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    u16,
+    Outcome,
+);
+
+#[tokio::test]
+async fn refusals_come_in_order_and_are_counted_and_a_good_request_gets_its_peer_pool() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (e, _) = egress(dir.path());
+    let local = ConnInfo::new(Some("127.0.0.1:40000".parse().expect("addr")), false);
+    let remote = ConnInfo::new(Some("10.0.10.9:40000".parse().expect("addr")), false);
+    let unix = ConnInfo::new(None, false);
+    let good = "http://a.ironic.test:6189/";
+    let cases: [Case<'_>; 12] = [
+        // Off loopback: refused before anything else is looked at, even with credentials.
+        (
+            &remote,
+            "POST",
+            good,
+            Some("ironic:pw"),
+            403,
+            Outcome::NotLoopback,
+        ),
+        (
+            &unix,
+            "POST",
+            good,
+            Some("ironic:pw"),
+            403,
+            Outcome::NotLoopback,
+        ),
+        (
+            &local,
+            "CONNECT",
+            "a.ironic.test:6189",
+            Some("ironic:pw"),
+            405,
+            Outcome::Connect,
+        ),
+        (
+            &local,
+            "POST",
+            "/",
+            Some("ironic:pw"),
+            400,
+            Outcome::OriginForm,
+        ),
+        (
+            &local,
+            "POST",
+            "https://a.ironic.test:6189/",
+            Some("ironic:pw"),
+            400,
+            Outcome::OriginForm,
+        ),
+        (&local, "POST", good, None, 407, Outcome::NoCredentials),
+        (
+            &local,
+            "POST",
+            good,
+            Some("ironic:wrong"),
+            407,
+            Outcome::BadCredentials,
+        ),
+        (
+            &local,
+            "POST",
+            good,
+            Some("ironic:pw2"),
+            407,
+            Outcome::BadCredentials,
+        ),
+        (
+            &local,
+            "POST",
+            "http://a.b.ironic.test:6189/",
+            Some("ironic:pw"),
+            403,
+            Outcome::TargetRefused,
+        ),
+        (
+            &local,
+            "POST",
+            "http://10.0.11.1:6189/",
+            Some("ironic:pw"),
+            403,
+            Outcome::TargetRefused,
+        ),
+        (
+            &local,
+            "POST",
+            "http://10.0.10.1:22/",
+            Some("ironic:pw"),
+            403,
+            Outcome::PortRefused,
+        ),
+        (
+            &local,
+            "POST",
+            "http://10.0.10.1/",
+            Some("ironic:pw"),
+            403,
+            Outcome::PortRefused,
+        ),
+    ];
+    for (conn, method, target, auth, want, outcome) in cases {
+        let before = e.counters[outcome as usize].get();
+        let mut req = request(method, target, auth);
+        let got = e.admit(&mut req, conn).await;
+        assert_eq!(status(&got), want, "{method} {target} {auth:?}");
+        assert_eq!(e.counters[outcome as usize].get(), before + 1, "{target}");
+    }
+    let mut req = request("POST", good, Some("ironic:pw"));
+    let pool = e.admit(&mut req, &local).await.expect("admitted");
+    assert!(req.headers().get("proxy-authorization").is_none());
+    assert_eq!(pool.name, "egress/a.ironic.test:6189");
+    // The same destination (any case, a trailing dot) shares its pool and its connections.
+    let mut req = request("POST", "http://A.Ironic.Test.:6189/", Some("ironic:pw"));
+    let again = e.admit(&mut req, &local).await.expect("admitted");
+    assert!(Arc::ptr_eq(&pool, &again));
+    let mut req = request("POST", "http://10.0.10.7:6189/", Some("ironic:pw"));
+    let ip = e.admit(&mut req, &local).await.expect("admitted");
+    assert_eq!(ip.name, "egress/10.0.10.7:6189");
+}
+
+#[tokio::test]
+async fn an_htpasswd_file_is_verified_with_bcrypt_through_the_auth_cache() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cred = dir.path().join("egress.htpasswd");
+    let hash = bcrypt::hash("pw", 4).expect("hash");
+    std::fs::write(&cred, format!("ironic:{hash}\n")).expect("write");
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(crate::crypto::provider()))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let metrics = Metrics::new();
+    let e = Egress::start(
+        "egress",
+        0,
+        &config(&cred),
+        Reloadable::fixed(Arc::new(client)),
+        Duration::from_secs(60),
+        65536,
+        &metrics,
+    )
+    .expect("start");
+    let local = ConnInfo::new(Some("127.0.0.1:40000".parse().expect("addr")), false);
+    let good = "http://a.ironic.test:6189/";
+    for (auth, want) in [("ironic:pw", 200), ("ironic:pw", 200), ("ironic:no", 407)] {
+        let mut req = request("POST", good, Some(auth));
+        assert_eq!(status(&e.admit(&mut req, &local).await), want, "{auth}");
+    }
+    // The second good one came from the cache, as on any listener with [listeners.auth].
+    let text = metrics.encode();
+    assert!(
+        text.contains("ironic_proxy_auth_total{listener=\"egress\",outcome=\"ok_cached\"} 1"),
+        "{text}"
+    );
+}
