@@ -114,6 +114,8 @@ fn sidecar_env(
         ("IRONIC_PROXY_API_PORT", api.to_string()),
         ("IRONIC_PROXY_RPC_PORT", rpc.to_string()),
         ("IRONIC_PROXY_PEERS", "none".into()),
+        // Serving the API without authentication is asked for explicitly (issue 32).
+        ("IRONIC_PROXY_HTPASSWD", "none".into()),
     ]
 }
 
@@ -192,12 +194,9 @@ fn the_sidecar_profile_runs_from_the_environment_alone() {
         .logs()
         .iter()
         .any(|l| l.contains("DEV configuration")));
-    // No IRONIC_PROXY_HTPASSWD: the API serves without authentication, and a warning says so.
+    // IRONIC_PROXY_HTPASSWD=none: the API serves without authentication, as asked.
     assert!(
-        sidecar
-            .logs()
-            .iter()
-            .any(|l| l.contains("WARN") && l.contains("without authentication")),
+        !sidecar.logs().iter().any(|l| l.contains("WARN")),
         "{:?}",
         sidecar.logs()
     );
@@ -299,6 +298,7 @@ fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
     let htpasswd = dir.path().join("htpasswd");
     std::fs::write(&htpasswd, htpasswd_entry("admin", "s3cret")).unwrap();
     let mut env = check_env(dir.path());
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
     env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
     let set: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let o = cli(&["check", "--config", BOOT], &set);
@@ -358,6 +358,7 @@ fn the_htpasswd_and_tls_variables_protect_the_sidecar_api_but_not_json_rpc() {
     let admin = SocketAddr::new(LO, node::free_port_on(LO));
     let (api, rpc) = (node::free_port_on(LO), node::free_port_on(LO));
     let mut env = sidecar_env(dir.path(), &ca, admin, api, rpc);
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
     env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
     env.push(("IRONIC_PROXY_AUTH_REALM", "Ironic API".into()));
     env.push(("IRONIC_PROXY_TLS_MIN_VERSION", "1.3".into()));
@@ -460,21 +461,25 @@ fn check_prints_auth_and_tls_from_the_variables_and_names_a_bad_one() {
         6385,
         6189,
     );
-    let base: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    // Unset: no auth, and a warning says so.
-    let o = cli(&["check", "--profile", "sidecar"], &base);
-    assert!(o.ok(), "{o:?}");
-    assert!(!o.stdout.contains("[listeners.auth]"), "{}", o.stdout);
-    assert!(o.stderr.contains("WARN"), "{o:?}");
-    assert!(
-        o.stderr.contains("IRONIC_PROXY_HTPASSWD is not set"),
-        "{o:?}"
-    );
+    let mut base: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    base.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
+    // Unset: the profile refuses to serve the API (exit 1, one line naming the variable).
+    for command in ["check", "run"] {
+        let o = cli(&[command, "--profile", "sidecar"], &base);
+        assert_eq!(o.code, Some(1), "{command}: {o:?}");
+        assert_eq!(o.stderr.lines().count(), 1, "{command}: {o:?}");
+        assert!(
+            o.stderr
+                .starts_with("ironic-proxy: IRONIC_PROXY_HTPASSWD is not set"),
+            "{command}: {o:?}"
+        );
+    }
     // `none`: off on purpose, no warning.
     let mut off = base.clone();
     off.push(("IRONIC_PROXY_HTPASSWD", "none"));
     let o = cli(&["check", "--profile", "sidecar"], &off);
     assert!(o.ok(), "{o:?}");
+    assert!(!o.stdout.contains("[listeners.auth]"), "{}", o.stdout);
     assert!(!o.stderr.contains("IRONIC_PROXY_HTPASSWD"), "{o:?}");
     // Set, with an OpenShift Intermediate-like policy: both tables in the effective config.
     let path = s(&htpasswd);
@@ -507,8 +512,21 @@ fn check_prints_auth_and_tls_from_the_variables_and_names_a_bad_one() {
             );
         }
     }
-    // A suite rustls does not implement: exit 1, one line naming the key and the variable.
-    let mut bad = base.clone();
+    // An unknown suite: exit 1, one line naming the key and the variable. One rustls does
+    // not implement is dropped with a warning, and with nothing left that is an error too.
+    let mut bad = off.clone();
+    bad.push((
+        "IRONIC_PROXY_TLS_CIPHER_SUITES",
+        "DHE-RSA-AES128-GCM-SHA257",
+    ));
+    let o = cli(&["check", "--profile", "sidecar"], &bad);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stderr
+            .contains("tls.cipher_suites[0] (from IRONIC_PROXY_TLS_CIPHER_SUITES)"),
+        "{o:?}"
+    );
+    let mut bad = off.clone();
     bad.push((
         "IRONIC_PROXY_TLS_CIPHER_SUITES",
         "DHE-RSA-AES128-GCM-SHA256",
@@ -516,8 +534,10 @@ fn check_prints_auth_and_tls_from_the_variables_and_names_a_bad_one() {
     let o = cli(&["check", "--profile", "sidecar"], &bad);
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(
-        o.stderr
-            .contains("tls.cipher_suites[0] (from IRONIC_PROXY_TLS_CIPHER_SUITES)"),
+        o.stderr.contains(
+            "tls.cipher_suites (from IRONIC_PROXY_TLS_CIPHER_SUITES): no suite this build can \
+             offer is listed (dropped, not offered by this build: DHE-RSA-AES128-GCM-SHA256)"
+        ),
         "{o:?}"
     );
     // A missing htpasswd file is named too.
@@ -542,6 +562,7 @@ fn the_balancer_profile_checks_credentials_at_the_front_door() {
     let sidecar_admin = SocketAddr::new(LO, node::free_port_on(LO));
     let (api, rpc) = (node::free_port_on(LO), node::free_port_on(LO));
     let mut env = sidecar_env(dir.path(), &ca, sidecar_admin, api, rpc);
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
     env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
     let mut sidecar = Role::spawn(
         &["run", "--profile", "sidecar-openshift"],
