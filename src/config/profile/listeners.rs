@@ -59,9 +59,11 @@ pub(super) fn assemble(tree: &mut toml::Value, env: &dyn Env) -> Result<(), Prof
         l.insert("upstream".into(), format!("unix:{path}").into());
         listeners.push(toml::Value::Table(l));
     }
-    for (var_name, name, routes) in [
-        (IPXE_PORT, "ipxe-tls", ipxe_routes(peers)),
-        (VMEDIA_PORT, "vmedia-tls", vmedia_routes(peers)),
+    // Health checks: boot.ipxe is on every instance's httpd (written at conductor start);
+    // vmedia's httpd has no such file, its DocumentRoot listing ("/", Options Indexes) answers.
+    for (var_name, name, routes, health) in [
+        (IPXE_PORT, "ipxe-tls", ipxe_routes(peers), "/boot.ipxe"),
+        (VMEDIA_PORT, "vmedia-tls", vmedia_routes(peers), "/"),
     ] {
         let Some(port) = var(var_name) else {
             continue;
@@ -81,7 +83,7 @@ pub(super) fn assemble(tree: &mut toml::Value, env: &dyn Env) -> Result<(), Prof
             format!("${{IRONIC_PROXY_BIND:-[::]}}:{port}").into(),
         );
         l.insert("tls".into(), "server".into());
-        l.insert("upstream".into(), upstream(peers, None, "/"));
+        l.insert("upstream".into(), upstream(peers, None, health));
         l.insert("routes".into(), toml::Value::Array(routes));
         listeners.push(toml::Value::Table(l));
     }
