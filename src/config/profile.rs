@@ -13,10 +13,11 @@
 //!   `NAME:PORT` or `srv:NAME` replaces the discovery target built from the Service name.
 //! - `IRONIC_PROXY_HTPASSWD`: the htpasswd file that protects the API listener with
 //!   `[listeners.auth]` (the Ironic standalone operator mounts its API credentials Secret at
-//!   `/auth/ironic/`, key `htpasswd`); `none` turns authentication off on purpose; unset serves
-//!   the API without authentication and says so in a warning. `IRONIC_PROXY_AUTH_REALM` sets the
-//!   realm. The JSON-RPC listener never gets `[listeners.auth]`: its peers are authenticated by
-//!   mTLS, and Ironic's own `http_basic` credentials pass through it untouched.
+//!   `/auth/ironic/`, key `htpasswd`); `none` turns authentication off on purpose; unset is an
+//!   error (exit 1, one line naming the variable): no profile serves the API without
+//!   authentication unless told so. `IRONIC_PROXY_AUTH_REALM` sets the realm. The JSON-RPC
+//!   listener never gets `[listeners.auth]`: its peers are authenticated by mTLS, and Ironic's
+//!   own `http_basic` credentials pass through it untouched.
 //! - `IRONIC_PROXY_EGRESS_CREDENTIALS`: keeps the `json-rpc-egress` listener (see [`egress`]).
 //! - `IRONIC_PROXY_TLS_MIN_VERSION`, `IRONIC_PROXY_TLS_CIPHER_SUITES`, `IRONIC_PROXY_TLS_GROUPS`
 //!   (lists comma-separated): the `[tls]` policy; each unset one keeps the default.
@@ -32,6 +33,9 @@ struct Profile {
     defaults: &'static [(&'static str, &'static str)],
     /// What it is, for `--help` and errors.
     about: &'static str,
+    /// The sidecar of one Ironic instance: reads ironic-image's address variables and the
+    /// optional listeners' (networking JSON-RPC, boot over TLS).
+    sidecar: bool,
 }
 
 const SIDECAR: &str = include_str!("../../config/profiles/sidecar.toml");
@@ -44,6 +48,7 @@ const PROFILES: &[Profile] = &[
         defaults: &[],
         about: "sidecar of an Ironic pod as the Ironic standalone operator runs it \
                 (API 6385, JSON-RPC 6189)",
+        sidecar: true,
     },
     Profile {
         name: "sidecar-openshift",
@@ -54,12 +59,14 @@ const PROFILES: &[Profile] = &[
             ("IRONIC_PROXY_PEER_API_PORT", "6388"),
         ],
         about: "sidecar of OpenShift's metal3 pod, API on 6388 behind the balancer",
+        sidecar: true,
     },
     Profile {
         name: "balancer",
         template: BALANCER,
         defaults: &[],
         about: "load balancer for the Ironic API (DaemonSet on the host network, 6385)",
+        sidecar: false,
     },
 ];
 
@@ -85,6 +92,18 @@ pub enum ProfileError {
         var: &'static str,
         value: String,
         reason: &'static str,
+    },
+    #[error(
+        "IRONIC_PROXY_HTPASSWD is not set: this profile serves the Ironic API; set it to the \
+         htpasswd file (e.g. /auth/ironic/htpasswd) or to none to serve it without \
+         authentication on purpose"
+    )]
+    Unprotected,
+    #[error("{var}={value:?}: {reason}")]
+    Address {
+        var: &'static str,
+        value: String,
+        reason: String,
     },
     #[error("profile {name}")]
     Config {
@@ -134,27 +153,20 @@ pub fn load(name: &str, env: &dyn Env) -> Result<Config, ProfileError> {
         .map(toml::Value::Table)
         .expect("built-in profile templates parse (tested)");
     let origins = assemble(&mut tree, &env)?;
-    let config = Config::from_tree(tree, &env).map_err(|source| ProfileError::Config {
+    if profile.sidecar {
+        listeners::assemble(&mut tree, &env)?;
+        add_ironic_ip(&mut tree, &env)?;
+    }
+    Config::from_tree(tree, &env).map_err(|source| ProfileError::Config {
         name: profile.name,
         source: origins.name_variables(source),
-    })?;
-    if origins.unprotected_api {
-        tracing::warn!(
-            profile = profile.name,
-            "IRONIC_PROXY_HTPASSWD is not set: the API listener serves without authentication \
-             (set it to the htpasswd file, e.g. /auth/ironic/htpasswd, or to none to turn \
-             authentication off on purpose)"
-        );
-    }
-    Ok(config)
+    })
 }
 
 /// Which keys [`assemble`] set from which variable, so errors can name it.
 #[derive(Default)]
 struct Origins {
     keys: Vec<(String, &'static str)>,
-    /// The profile has an API listener and no `IRONIC_PROXY_HTPASSWD` was given.
-    unprotected_api: bool,
 }
 
 impl Origins {
@@ -247,7 +259,33 @@ fn assemble(tree: &mut toml::Value, env: &dyn Env) -> Result<Origins, ProfileErr
     Ok(origins)
 }
 
+/// Adds ironic-image's `[DEFAULT]host` address (`address::ironic_ip`) to the issued
+/// certificate's IP SANs, unless `POD_IPS` has it already.
+fn add_ironic_ip(tree: &mut toml::Value, env: &dyn Env) -> Result<(), ProfileError> {
+    let Some(ip) = address::ironic_ip(env)? else {
+        return Ok(());
+    };
+    let pod_ips = env.var("POD_IPS").unwrap_or_default();
+    if pod_ips
+        .split(',')
+        .any(|p| p.trim().parse::<std::net::IpAddr>().ok() == Some(ip))
+    {
+        return Ok(());
+    }
+    if let Some(ips) = tree
+        .get_mut("identity")
+        .and_then(|i| i.get_mut("ip_addresses"))
+        .and_then(toml::Value::as_array_mut)
+    {
+        ips.push(ip.to_string().into());
+    }
+    Ok(())
+}
+
+mod address;
 mod egress;
+mod listeners;
+mod netlink;
 mod security;
 
 #[cfg(test)]

@@ -4,8 +4,11 @@
 //! Names are accepted as IANA spells them (`TLS_AES_128_GCM_SHA256`,
 //! `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`) and as OpenSSL does (`ECDHE-ECDSA-AES128-GCM-SHA256`,
 //! the form OpenShift's TLS security profiles use), groups as IANA (`secp256r1`) or NIST
-//! (`P-256`) names. What rustls with aws-lc-rs does not implement (finite-field DHE, CBC, RSA
-//! key exchange) is a config error naming the key, never silently dropped.
+//! (`P-256`) names, case-insensitive. A name this build knows but cannot offer (the CBC, RSA
+//! key exchange and 3DES suites of OpenShift's Old profile; `secp521r1` and `SecP384r1MLKEM1024`
+//! among OpenShift's groups; in the FIPS build, what is not approved) is dropped with one
+//! warning per list naming them all: an OpenShift TLS profile never stops the proxy. An unknown
+//! name (a typo) and a list left empty are config errors naming the key.
 //!
 //! The policy is fixed for the life of the process: [`install`] stores it once at start-up,
 //! before any TLS configuration is built, and [`crate::crypto::provider`] and the protocol
@@ -34,6 +37,8 @@ pub struct TlsPolicy {
     pub min_version: MinVersion,
     pub cipher_suites: Option<Vec<SupportedCipherSuite>>,
     pub groups: Option<Vec<&'static dyn SupportedKxGroup>>,
+    /// Names that were configured but that this build cannot offer (printed by `check`).
+    pub dropped: Vec<String>,
 }
 
 impl Default for TlsPolicy {
@@ -42,6 +47,7 @@ impl Default for TlsPolicy {
             min_version: MinVersion::Tls12,
             cipher_suites: None,
             groups: None,
+            dropped: Vec::new(),
         }
     }
 }
@@ -95,18 +101,97 @@ const SUITES: &[(&str, &str, CipherSuite)] = &[
     ),
 ];
 
-/// Groups by the names operators use; the first name of each is the one printed.
-fn group(name: &str) -> Option<&'static dyn SupportedKxGroup> {
-    Some(match name {
-        "X25519" | "x25519" => kx_group::X25519,
-        "secp256r1" | "P-256" | "prime256v1" => kx_group::SECP256R1,
-        "secp384r1" | "P-384" => kx_group::SECP384R1,
-        "X25519MLKEM768" => kx_group::X25519MLKEM768,
-        "SecP256r1MLKEM768" => kx_group::SECP256R1MLKEM768,
-        "MLKEM768" => kx_group::MLKEM768,
-        "MLKEM1024" => kx_group::MLKEM1024,
+/// Groups by the names operators use (case-insensitive); the first name of each is the one
+/// printed. `Err(())`: a group this build knows by name but cannot offer (OpenShift's
+/// `secp521r1` and `SecP384r1MLKEM1024`: rustls with aws-lc-rs implements neither).
+fn group(name: &str) -> Option<Result<&'static dyn SupportedKxGroup, ()>> {
+    Some(Ok(match name.to_ascii_lowercase().as_str() {
+        "x25519" => kx_group::X25519,
+        "secp256r1" | "p-256" | "prime256v1" => kx_group::SECP256R1,
+        "secp384r1" | "p-384" => kx_group::SECP384R1,
+        "x25519mlkem768" => kx_group::X25519MLKEM768,
+        "secp256r1mlkem768" => kx_group::SECP256R1MLKEM768,
+        "mlkem768" => kx_group::MLKEM768,
+        "mlkem1024" => kx_group::MLKEM1024,
+        "secp521r1" | "p-521" | "secp384r1mlkem1024" | "x448" | "ffdhe2048" | "ffdhe3072"
+        | "ffdhe4096" | "ffdhe6144" | "ffdhe8192" => return Some(Err(())),
         _ => return None,
-    })
+    }))
+}
+
+/// Cipher suites this build knows by name but cannot offer: the rest of Mozilla's Old list
+/// (which OpenShift's Old profile copies: CBC, RSA key exchange, 3DES, finite-field DHE) and
+/// OpenSSL's TLS 1.3 CCM suites. OpenSSL spellings, matched case-insensitively.
+const UNOFFERED_SUITES: &[&str] = &[
+    "ECDHE-ECDSA-AES128-SHA256",
+    "ECDHE-RSA-AES128-SHA256",
+    "ECDHE-ECDSA-AES128-SHA",
+    "ECDHE-RSA-AES128-SHA",
+    "ECDHE-ECDSA-AES256-SHA384",
+    "ECDHE-RSA-AES256-SHA384",
+    "ECDHE-ECDSA-AES256-SHA",
+    "ECDHE-RSA-AES256-SHA",
+    "DHE-RSA-AES128-GCM-SHA256",
+    "DHE-RSA-AES256-GCM-SHA384",
+    "DHE-RSA-CHACHA20-POLY1305",
+    "DHE-RSA-AES128-SHA256",
+    "DHE-RSA-AES256-SHA256",
+    "DHE-RSA-AES128-SHA",
+    "DHE-RSA-AES256-SHA",
+    "AES128-GCM-SHA256",
+    "AES256-GCM-SHA384",
+    "AES128-SHA256",
+    "AES256-SHA256",
+    "AES128-SHA",
+    "AES256-SHA",
+    "DES-CBC3-SHA",
+    "TLS_AES_128_CCM_SHA256",
+    "TLS_AES_128_CCM_8_SHA256",
+];
+
+/// A suite by its IANA or OpenSSL name (case-insensitive); `Err(())` as for [`group`].
+fn suite(name: &str) -> Option<Result<SupportedCipherSuite, ()>> {
+    let known = SUITES
+        .iter()
+        .find(|(iana, openssl, _)| {
+            name.eq_ignore_ascii_case(iana) || name.eq_ignore_ascii_case(openssl)
+        })
+        .and_then(|(_, _, c)| ALL_CIPHER_SUITES.iter().find(|s| s.suite() == *c));
+    match known {
+        Some(s) => Some(Ok(*s)),
+        None if UNOFFERED_SUITES
+            .iter()
+            .any(|u| name.eq_ignore_ascii_case(u)) =>
+        {
+            Some(Err(()))
+        }
+        None => None,
+    }
+}
+
+/// How a name fares in this build: offered, dropped (known, not offered) or unknown.
+pub(crate) enum Offer {
+    Yes,
+    Dropped,
+    Unknown,
+}
+
+/// Whether this build offers the suite `name` (for the profiles' OpenShift variables).
+pub(crate) fn offers_suite(name: &str) -> Offer {
+    match suite(name) {
+        Some(Ok(s)) if !cfg!(feature = "fips") || s.fips() => Offer::Yes,
+        Some(_) => Offer::Dropped,
+        None => Offer::Unknown,
+    }
+}
+
+/// Whether this build offers the group `name` (for the profiles' OpenShift variables).
+pub(crate) fn offers_group(name: &str) -> Offer {
+    match group(name) {
+        Some(Ok(g)) if !cfg!(feature = "fips") || g.fips() => Offer::Yes,
+        Some(_) => Offer::Dropped,
+        None => Offer::Unknown,
+    }
 }
 
 fn group_name(g: &dyn SupportedKxGroup) -> String {
@@ -152,41 +237,38 @@ pub(crate) fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSourc
     }
     if let Some(names) = raw.cipher_suites {
         let mut suites = Vec::new();
+        let mut dropped = Vec::new();
         for (i, n) in names.iter().enumerate() {
-            let found = SUITES
-                .iter()
-                .find(|(iana, openssl, _)| n == iana || n == openssl)
-                .and_then(|(_, _, c)| ALL_CIPHER_SUITES.iter().find(|s| s.suite() == *c));
-            match found {
-                Some(s) if cfg!(feature = "fips") && !s.fips() => error(
-                    format!("tls.cipher_suites[{i}]"),
-                    Box::new(Msg(format!(
-                        "{n:?} is not FIPS-approved (this is a FIPS build)"
-                    ))),
-                ),
-                Some(s) if !suites.contains(s) => suites.push(*s),
-                Some(_) => error(
+            match (suite(n), offers_suite(n)) {
+                (_, Offer::Dropped) => dropped.push(n.clone()),
+                (Some(Ok(s)), _) if !suites.contains(&s) => suites.push(s),
+                (Some(_), _) => error(
                     format!("tls.cipher_suites[{i}]"),
                     Box::new(Msg(format!("{n:?} is listed twice"))),
                 ),
-                None => {
-                    error(
-                        format!("tls.cipher_suites[{i}]"),
-                        Box::new(Msg(format!(
-                        "unknown or unsupported cipher suite {n:?} (supported: {}; finite-field \
-                         DHE, CBC and RSA key exchange are not implemented)",
-                        SUITES.iter().map(|(i, _, _)| *i).collect::<Vec<_>>().join(", ")
+                (None, _) => error(
+                    format!("tls.cipher_suites[{i}]"),
+                    Box::new(Msg(format!(
+                        "unknown cipher suite {n:?} (offered: {})",
+                        SUITES
+                            .iter()
+                            .map(|(i, _, _)| *i)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ))),
-                    )
-                }
+                ),
             }
         }
-        if suites.is_empty() && !names.is_empty() {
+        warn_dropped("tls.cipher_suites", &dropped);
+        if suites.is_empty() && names.len() > dropped.len() {
             // Each bad name was reported above.
         } else if suites.is_empty() {
             error(
                 "tls.cipher_suites".into(),
-                Box::new(Msg("must not be empty".into())),
+                Box::new(Msg(format!(
+                    "no suite this build can offer is listed{}",
+                    dropped_note(&dropped)
+                ))),
             );
         } else if p.min_version == MinVersion::Tls13 && !suites.iter().any(|s| is_tls13(*s)) {
             error(
@@ -199,41 +281,66 @@ pub(crate) fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSourc
             );
         }
         p.cipher_suites = Some(suites);
+        p.dropped.extend(dropped);
     }
     if let Some(names) = raw.groups {
         let mut groups: Vec<&'static dyn SupportedKxGroup> = Vec::new();
+        let mut dropped = Vec::new();
         for (i, n) in names.iter().enumerate() {
-            match group(n) {
-                Some(g) if cfg!(feature = "fips") && !g.fips() => error(
-                    format!("tls.groups[{i}]"),
-                    Box::new(Msg(format!(
-                        "{n:?} is not FIPS-approved (this is a FIPS build)"
-                    ))),
-                ),
-                Some(g) if !groups.iter().any(|h| h.name() == g.name()) => groups.push(g),
-                Some(_) => error(
+            match (group(n), offers_group(n)) {
+                (_, Offer::Dropped) => dropped.push(n.clone()),
+                (Some(Ok(g)), _) if !groups.iter().any(|h| h.name() == g.name()) => groups.push(g),
+                (Some(_), _) => error(
                     format!("tls.groups[{i}]"),
                     Box::new(Msg(format!("{n:?} is listed twice"))),
                 ),
-                None => error(
+                (None, _) => error(
                     format!("tls.groups[{i}]"),
                     Box::new(Msg(format!(
-                        "unknown or unsupported group {n:?} (supported: X25519, secp256r1 \
-                         (P-256), secp384r1 (P-384), X25519MLKEM768, SecP256r1MLKEM768, MLKEM768, \
-                         MLKEM1024)"
+                        "unknown group {n:?} (offered: X25519, secp256r1 (P-256), secp384r1 \
+                         (P-384), X25519MLKEM768, SecP256r1MLKEM768, MLKEM768, MLKEM1024; \
+                         known, dropped: secp521r1, SecP384r1MLKEM1024)"
                     ))),
                 ),
             }
         }
-        if names.is_empty() {
+        warn_dropped("tls.groups", &dropped);
+        if groups.is_empty() && names.len() == dropped.len() {
             error(
                 "tls.groups".into(),
-                Box::new(Msg("must not be empty".into())),
+                Box::new(Msg(format!(
+                    "no group this build can offer is listed{}",
+                    dropped_note(&dropped)
+                ))),
             );
         }
         p.groups = Some(groups);
+        p.dropped.extend(dropped);
     }
     p
+}
+
+/// The one warning for the names of a list that this build cannot offer.
+fn warn_dropped(key: &str, dropped: &[String]) {
+    if !dropped.is_empty() {
+        tracing::warn!(
+            key,
+            dropped = dropped.join(", "),
+            "{key}: this build cannot offer {}; dropped",
+            dropped.join(", ")
+        );
+    }
+}
+
+fn dropped_note(dropped: &[String]) -> String {
+    if dropped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (dropped, not offered by this build: {})",
+            dropped.join(", ")
+        )
+    }
 }
 
 static INSTALLED: OnceLock<TlsPolicy> = OnceLock::new();
@@ -304,73 +411,16 @@ impl TlsPolicy {
         let _ = writeln!(o, "min_version = \"{v}\"");
         let _ = writeln!(o, "cipher_suites = [{}]", suites.join(", "));
         let _ = writeln!(o, "groups = [{}]", groups.join(", "));
+        if !self.dropped.is_empty() {
+            let _ = writeln!(
+                o,
+                "# dropped, not offered by this build: {}",
+                self.dropped.join(", ")
+            );
+        }
         o
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> (TlsPolicy, Vec<String>) {
-        let v: toml::Value = toml::from_str(text).unwrap();
-        let mut errs = Vec::new();
-        let p = from_toml(v, &mut |path, e| errs.push(format!("{path}: {e}")));
-        (p, errs)
-    }
-
-    #[test]
-    #[cfg(feature = "fips")]
-    fn a_fips_build_refuses_what_is_not_approved() {
-        let (_, e) = parse(
-            "cipher_suites = [\"TLS_AES_128_GCM_SHA256\", \"TLS_CHACHA20_POLY1305_SHA256\"]\n\
-             groups = [\"secp256r1\", \"X25519\"]",
-        );
-        assert!(e[0].starts_with("tls.cipher_suites[1]: "), "{e:?}");
-        assert!(e[1].starts_with("tls.groups[1]: "), "{e:?}");
-        assert!(crate::crypto::fips());
-    }
-
-    #[test]
-    #[cfg(not(feature = "fips"))]
-    fn openshift_profiles_are_expressible() {
-        // Modern: TLS 1.3 only, its three suites.
-        let (p, e) = parse(
-            "min_version = \"1.3\"\ncipher_suites = [\"TLS_AES_128_GCM_SHA256\", \
-             \"TLS_AES_256_GCM_SHA384\", \"TLS_CHACHA20_POLY1305_SHA256\"]",
-        );
-        assert!(e.is_empty(), "{e:?}");
-        assert_eq!(p.versions().len(), 1);
-        // Intermediate, OpenSSL spellings as the profile lists them (without DHE).
-        let (p, e) = parse(
-            "min_version = \"1.2\"\ncipher_suites = [\"TLS_AES_128_GCM_SHA256\", \
-             \"TLS_AES_256_GCM_SHA384\", \"TLS_CHACHA20_POLY1305_SHA256\", \
-             \"ECDHE-ECDSA-AES128-GCM-SHA256\", \"ECDHE-RSA-AES128-GCM-SHA256\", \
-             \"ECDHE-ECDSA-AES256-GCM-SHA384\", \"ECDHE-RSA-AES256-GCM-SHA384\", \
-             \"ECDHE-ECDSA-CHACHA20-POLY1305\", \"ECDHE-RSA-CHACHA20-POLY1305\"]\n\
-             groups = [\"X25519\", \"P-256\", \"secp384r1\"]",
-        );
-        assert!(e.is_empty(), "{e:?}");
-        assert_eq!(p.cipher_suites.as_ref().unwrap().len(), 9);
-        assert!(p
-            .render()
-            .contains("groups = [\"X25519\", \"secp256r1\", \"secp384r1\"]"));
-    }
-
-    #[test]
-    fn bad_names_and_inconsistent_sets_name_the_key() {
-        let (_, e) = parse(
-            "cipher_suites = [\"TLS_AES_128_GCM_SHA256\", \"X\", \"DHE-RSA-AES128-GCM-SHA256\"]",
-        );
-        assert!(e[0].starts_with("tls.cipher_suites[1]: unknown"), "{e:?}");
-        assert!(e[1].starts_with("tls.cipher_suites[2]: unknown"), "{e:?}");
-        let (_, e) =
-            parse("min_version = \"1.3\"\ncipher_suites = [\"ECDHE-ECDSA-AES128-GCM-SHA256\"]");
-        assert!(e[0].starts_with("tls.cipher_suites: min_version"), "{e:?}");
-        let (_, e) = parse("groups = [\"X25519\", \"ffdhe2048\"]\nmin_version = \"1.1\"");
-        assert!(e.iter().any(|x| x.starts_with("tls.groups[1]")), "{e:?}");
-        assert!(e.iter().any(|x| x.starts_with("tls.min_version")), "{e:?}");
-        let (_, e) = parse("ciphers = []");
-        assert!(e[0].starts_with("tls"), "{e:?}");
-    }
-}
+mod tests;

@@ -379,6 +379,9 @@ def sidecar_profile_env(inst, ca_dir, peer_ips):
         "IRONIC_PROXY_API_SOCKET": inst.api_sock,
         # A request that came through a proxy only goes local, as in sidecar_config.
         "IRONIC_PROXY_PEERS": "none",
+        # sidecar_config's API has no [listeners.auth]: a profile must be told so (it refuses
+        # to serve the API without IRONIC_PROXY_HTPASSWD). auth_e2e.py sets the htpasswd file.
+        "IRONIC_PROXY_HTPASSWD": "none",
     }
 
 

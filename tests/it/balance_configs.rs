@@ -24,6 +24,8 @@ fn pod_env(dir: &Path) -> Vec<(&'static str, String)> {
         ("IRONIC_PROXY_EXPORT_DIR", p("export")),
         ("IRONIC_PROXY_API_SOCKET", p("run/ironic.sock")),
         ("IRONIC_PROXY_RPC_SOCKET", p("run/ironic-json-rpc.sock")),
+        // A profile serving the API without IRONIC_PROXY_HTPASSWD refuses to start.
+        ("IRONIC_PROXY_HTPASSWD", "none".into()),
     ]
 }
 

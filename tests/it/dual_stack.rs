@@ -197,6 +197,7 @@ fn ipv6_peers_found_through_aaaa_are_reached_through_the_balancer_with_tls_and_m
             ("IRONIC_PROXY_BIND", format!("[{ip}]")),
             ("IRONIC_PROXY_ADMIN_LISTEN", format!("[{ip}]:9901")),
             ("IRONIC_PROXY_PEERS", "none".to_owned()),
+            ("IRONIC_PROXY_HTPASSWD", "none".to_owned()),
         ];
         ns.spawn(&[BIN, "run", "--profile", "sidecar"], &env, &log);
         ns.wait_200(&format!("http://[{ip}]:9901/readyz"), &log);
@@ -215,6 +216,7 @@ fn ipv6_peers_found_through_aaaa_are_reached_through_the_balancer_with_tls_and_m
         ("IRONIC_PROXY_DNS_SERVERS", "[::1]:5353".to_owned()),
         ("IRONIC_PROXY_DNS_REFRESH", "1s".to_owned()),
         ("IRONIC_PROXY_PEER_API_PORT", API.to_string()),
+        ("IRONIC_PROXY_HTPASSWD", "none".to_owned()),
     ];
     ns.spawn(&[BIN, "run", "--profile", "balancer"], &env, &lb_log);
     ns.wait_200("http://[::1]:9902/readyz", &lb_log);

@@ -114,6 +114,8 @@ fn sidecar_env(
         ("IRONIC_PROXY_API_PORT", api.to_string()),
         ("IRONIC_PROXY_RPC_PORT", rpc.to_string()),
         ("IRONIC_PROXY_PEERS", "none".into()),
+        // Serving the API without authentication is asked for explicitly (issue 32).
+        ("IRONIC_PROXY_HTPASSWD", "none".into()),
     ]
 }
 
@@ -192,12 +194,9 @@ fn the_sidecar_profile_runs_from_the_environment_alone() {
         .logs()
         .iter()
         .any(|l| l.contains("DEV configuration")));
-    // No IRONIC_PROXY_HTPASSWD: the API serves without authentication, and a warning says so.
+    // IRONIC_PROXY_HTPASSWD=none: the API serves without authentication, as asked.
     assert!(
-        sidecar
-            .logs()
-            .iter()
-            .any(|l| l.contains("WARN") && l.contains("without authentication")),
+        !sidecar.logs().iter().any(|l| l.contains("WARN")),
         "{:?}",
         sidecar.logs()
     );
@@ -299,6 +298,7 @@ fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
     let htpasswd = dir.path().join("htpasswd");
     std::fs::write(&htpasswd, htpasswd_entry("admin", "s3cret")).unwrap();
     let mut env = check_env(dir.path());
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
     env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
     let set: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let o = cli(&["check", "--config", BOOT], &set);
@@ -358,6 +358,7 @@ fn the_htpasswd_and_tls_variables_protect_the_sidecar_api_but_not_json_rpc() {
     let admin = SocketAddr::new(LO, node::free_port_on(LO));
     let (api, rpc) = (node::free_port_on(LO), node::free_port_on(LO));
     let mut env = sidecar_env(dir.path(), &ca, admin, api, rpc);
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
     env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
     env.push(("IRONIC_PROXY_AUTH_REALM", "Ironic API".into()));
     env.push(("IRONIC_PROXY_TLS_MIN_VERSION", "1.3".into()));
@@ -460,21 +461,25 @@ fn check_prints_auth_and_tls_from_the_variables_and_names_a_bad_one() {
         6385,
         6189,
     );
-    let base: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    // Unset: no auth, and a warning says so.
-    let o = cli(&["check", "--profile", "sidecar"], &base);
-    assert!(o.ok(), "{o:?}");
-    assert!(!o.stdout.contains("[listeners.auth]"), "{}", o.stdout);
-    assert!(o.stderr.contains("WARN"), "{o:?}");
-    assert!(
-        o.stderr.contains("IRONIC_PROXY_HTPASSWD is not set"),
-        "{o:?}"
-    );
+    let mut base: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    base.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
+    // Unset: the profile refuses to serve the API (exit 1, one line naming the variable).
+    for command in ["check", "run"] {
+        let o = cli(&[command, "--profile", "sidecar"], &base);
+        assert_eq!(o.code, Some(1), "{command}: {o:?}");
+        assert_eq!(o.stderr.lines().count(), 1, "{command}: {o:?}");
+        assert!(
+            o.stderr
+                .starts_with("ironic-proxy: IRONIC_PROXY_HTPASSWD is not set"),
+            "{command}: {o:?}"
+        );
+    }
     // `none`: off on purpose, no warning.
     let mut off = base.clone();
     off.push(("IRONIC_PROXY_HTPASSWD", "none"));
     let o = cli(&["check", "--profile", "sidecar"], &off);
     assert!(o.ok(), "{o:?}");
+    assert!(!o.stdout.contains("[listeners.auth]"), "{}", o.stdout);
     assert!(!o.stderr.contains("IRONIC_PROXY_HTPASSWD"), "{o:?}");
     // Set, with an OpenShift Intermediate-like policy: both tables in the effective config.
     let path = s(&htpasswd);
@@ -507,8 +512,21 @@ fn check_prints_auth_and_tls_from_the_variables_and_names_a_bad_one() {
             );
         }
     }
-    // A suite rustls does not implement: exit 1, one line naming the key and the variable.
-    let mut bad = base.clone();
+    // An unknown suite: exit 1, one line naming the key and the variable. One rustls does
+    // not implement is dropped with a warning, and with nothing left that is an error too.
+    let mut bad = off.clone();
+    bad.push((
+        "IRONIC_PROXY_TLS_CIPHER_SUITES",
+        "DHE-RSA-AES128-GCM-SHA257",
+    ));
+    let o = cli(&["check", "--profile", "sidecar"], &bad);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stderr
+            .contains("tls.cipher_suites[0] (from IRONIC_PROXY_TLS_CIPHER_SUITES)"),
+        "{o:?}"
+    );
+    let mut bad = off.clone();
     bad.push((
         "IRONIC_PROXY_TLS_CIPHER_SUITES",
         "DHE-RSA-AES128-GCM-SHA256",
@@ -516,8 +534,10 @@ fn check_prints_auth_and_tls_from_the_variables_and_names_a_bad_one() {
     let o = cli(&["check", "--profile", "sidecar"], &bad);
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(
-        o.stderr
-            .contains("tls.cipher_suites[0] (from IRONIC_PROXY_TLS_CIPHER_SUITES)"),
+        o.stderr.contains(
+            "tls.cipher_suites (from IRONIC_PROXY_TLS_CIPHER_SUITES): no suite this build can \
+             offer is listed (dropped, not offered by this build: DHE-RSA-AES128-GCM-SHA256)"
+        ),
         "{o:?}"
     );
     // A missing htpasswd file is named too.
@@ -542,6 +562,7 @@ fn the_balancer_profile_checks_credentials_at_the_front_door() {
     let sidecar_admin = SocketAddr::new(LO, node::free_port_on(LO));
     let (api, rpc) = (node::free_port_on(LO), node::free_port_on(LO));
     let mut env = sidecar_env(dir.path(), &ca, sidecar_admin, api, rpc);
+    env.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
     env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
     let mut sidecar = Role::spawn(
         &["run", "--profile", "sidecar-openshift"],
@@ -598,4 +619,136 @@ fn the_balancer_profile_checks_credentials_at_the_front_door() {
         .requests()
         .last()
         .is_some_and(|r| r.path.starts_with("/v1/lookup")));
+}
+
+/// Issue 33: `IRONIC_PROXY_NETWORKING_RPC_SOCKET` puts an mTLS listener in front of the
+/// networking service's JSON-RPC socket with the conductors' authorisation, and
+/// `IRONIC_PROXY_IPXE_TLS_PORT` serves the boot files over TLS, found on the httpd that has them.
+#[test]
+fn the_networking_rpc_and_ipxe_tls_listeners_run_from_their_variables() {
+    use support::files::FileServer;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca");
+    node::ca_init(&ca, &[]);
+    let _api = Upstream::start(&dir.path().join("ironic.sock"));
+    let _rpc = Upstream::start(&dir.path().join("json-rpc.sock"));
+    let networking = Upstream::start(&dir.path().join("networking.sock"));
+    let httpd = FileServer::start(std::net::TcpListener::bind((LO, 0)).expect("bind"));
+    let now = std::time::SystemTime::now();
+    httpd.put(
+        "/boot.ipxe",
+        b"#!ipxe\nchain pxelinux.cfg/${mac:hexhyp}\n",
+        now,
+    );
+    httpd.put(
+        "/pxelinux.cfg/52-54-00-00-00-02",
+        b"#!ipxe\nkernel k\n",
+        now,
+    );
+    let admin = SocketAddr::new(LO, node::free_port_on(LO));
+    let (api, rpc) = (node::free_port_on(LO), node::free_port_on(LO));
+    let (net, ipxe) = (node::free_port_on(LO), node::free_port_on(LO));
+    let mut env = sidecar_env(dir.path(), &ca, admin, api, rpc);
+    env.push((
+        "IRONIC_PROXY_NETWORKING_RPC_SOCKET",
+        s(&dir.path().join("networking.sock")),
+    ));
+    env.push(("IRONIC_PROXY_NETWORKING_RPC_PORT", net.to_string()));
+    env.push(("IRONIC_PROXY_IPXE_TLS_PORT", ipxe.to_string()));
+    env.push(("IRONIC_PROXY_HTTPD_PORT", httpd.addr.port().to_string()));
+    let mut sidecar = Role::spawn(&["run", "--profile", "sidecar"], &env, admin);
+    sidecar.wait_ready(Duration::from_secs(20));
+    let cacert = s(&ca.join("ca.crt"));
+    let export = dir.path().join("export");
+    let (crt, key) = (s(&export.join("tls.crt")), s(&export.join("tls.key")));
+    let url = format!("https://127.0.0.1:{net}/");
+    let body = r#"{"jsonrpc":"2.0","method":"update_port","params":{},"id":1}"#;
+    let mut args = vec!["--cacert", &cacert, "-o", "/dev/null", "-w", "%{http_code}"];
+    args.extend(["-H", "Content-Type: application/json", "-d", body]);
+    let mut with_cert = args.clone();
+    with_cert.extend(["--cert", &crt, "--key", &key, &url]);
+    let o = curl(&with_cert);
+    assert_eq!(o.stdout, "200", "{o:?}");
+    assert_eq!(networking.requests().len(), 1);
+    let mut without = args.clone();
+    without.push(&url);
+    let o = curl(&without);
+    assert_ne!(o.stdout, "200", "{o:?}");
+    assert_eq!(networking.requests().len(), 1, "no certificate, no request");
+    // The access log names the listener and the JSON-RPC method.
+    let logged = sidecar.wait_log("update_port", Duration::from_secs(5));
+    assert!(
+        logged.is_some_and(|l| l.contains("networking-json-rpc")),
+        "{:?}",
+        sidecar.logs()
+    );
+    // iPXE over TLS: the files, verified against the CA; an unknown MAC gets 404.
+    let get = |path: &str| {
+        curl(&[
+            "--cacert",
+            &cacert,
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            &format!("https://127.0.0.1:{ipxe}{path}"),
+        ])
+        .stdout
+    };
+    assert!(
+        get("/boot.ipxe").ends_with("hexhyp}\n\n200"),
+        "{}",
+        get("/boot.ipxe")
+    );
+    let o = get("/pxelinux.cfg/52-54-00-00-00-02");
+    assert!(
+        o.starts_with("#!ipxe\nkernel k") && o.ends_with("200"),
+        "{o}"
+    );
+    assert!(get("/pxelinux.cfg/52-54-00-00-00-09").ends_with("404"));
+}
+
+/// `PROVISIONING_INTERFACE` gives the SAN that ironic-image's own pipeline gives as
+/// `IRONIC_IP` (scripts/ironic-common.sh: `ip -br addr show scope global up dev IFACE | awk
+/// '{print $3}' | sed -e 's%/.*%%' | head -n 1`), run side by side in a new network namespace
+/// with a veth interface (needs root and `unshare`, like the other namespace tests).
+#[test]
+fn provisioning_interface_gives_the_address_ironic_images_pipeline_gives() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = check_env(dir.path());
+    let pipeline = "ip -br addr show scope global up dev prov0 | awk '{print $3}' \
+                    | sed -e 's%/.*%%' | head -n 1";
+    for (addrs, want) in [
+        ("fd00:9::5/64 10.9.0.5/24 10.9.0.6/24", "10.9.0.5"),
+        // The kernel lists an interface's IPv6 addresses newest first; `ip` shows that order.
+        ("fd00:9::5/64 fd00:9::6/64", "fd00:9::6"),
+    ] {
+        let script = format!(
+            "set -e; ip link set lo up; ip link add prov0 type veth peer name prov1; ip link set prov1 up; \
+             for a in {addrs}; do ip addr add $a dev prov0 nodad 2>/dev/null \
+             || ip addr add $a dev prov0; done; ip link set prov0 up; \
+             echo \"IMAGE=$({pipeline})\"; exec \"$0\" check --profile sidecar"
+        );
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args([
+            "--net",
+            "sh",
+            "-c",
+            &script,
+            env!("CARGO_BIN_EXE_ironic-proxy"),
+        ]);
+        for k in role::PROFILE_VARS {
+            cmd.env_remove(k);
+        }
+        cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+        cmd.env("PROVISIONING_INTERFACE", "prov0");
+        let o = support::run(&mut cmd, b"");
+        assert!(o.ok(), "{o:?}");
+        assert!(o.stdout.starts_with(&format!("IMAGE={want}\n")), "{o:?}");
+        assert!(
+            o.stdout
+                .contains(&format!("ip_addresses = [\"127.0.0.1\", \"{want}\"]")),
+            "{}",
+            o.stdout
+        );
+    }
 }

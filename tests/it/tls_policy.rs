@@ -192,7 +192,12 @@ fn check_prints_the_policy_and_bad_names_name_the_key() {
             "min_version = \"1.3\"\ncipher_suites = [\"ECDHE-RSA-AES128-GCM-SHA256\"]",
             "tls.cipher_suites: min_version",
         ),
-        ("groups = [\"ffdhe2048\"]", "tls.groups[0]"),
+        ("groups = [\"brainpoolP256r1\"]", "tls.groups[0]"),
+        // Known but not offered, and nothing else listed: nothing left to offer.
+        (
+            "groups = [\"ffdhe2048\", \"secp521r1\"]",
+            "tls.groups: no group",
+        ),
         ("min_version = \"1.0\"", "tls.min_version"),
     ] {
         let out = check(tls);
@@ -283,4 +288,65 @@ fn a_peer_that_only_speaks_what_the_policy_forbids_fails_and_is_counted() {
     assert!(matches!(r.status, 502 | 503), "{}", r.status);
     let _ = peer.kill();
     let _ = peer.wait();
+}
+
+/// OpenShift's Old profile as a `[tls]` table (openshift/api types_tlssecurityprofile.go: 24
+/// ciphers, of which rustls offers the 9 AEAD ECDHE ones, and TLS 1.0+): the proxy starts with
+/// one warning per list naming what it drops, and offers nothing it dropped.
+#[test]
+#[cfg(not(feature = "fips"))]
+fn openshifts_old_profile_starts_and_offers_only_what_rustls_has() {
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let proxy = start(
+        &sb,
+        &up,
+        "min_version = \"1.2\"\ncipher_suites = [\"TLS_AES_128_GCM_SHA256\", \
+         \"TLS_AES_256_GCM_SHA384\", \"TLS_CHACHA20_POLY1305_SHA256\", \
+         \"ECDHE-ECDSA-AES128-GCM-SHA256\", \"ECDHE-RSA-AES128-GCM-SHA256\", \
+         \"ECDHE-ECDSA-AES256-GCM-SHA384\", \"ECDHE-RSA-AES256-GCM-SHA384\", \
+         \"ECDHE-ECDSA-CHACHA20-POLY1305\", \"ECDHE-RSA-CHACHA20-POLY1305\", \
+         \"ECDHE-ECDSA-AES128-SHA256\", \"ECDHE-RSA-AES128-SHA256\", \"ECDHE-ECDSA-AES128-SHA\", \
+         \"ECDHE-RSA-AES128-SHA\", \"ECDHE-ECDSA-AES256-SHA384\", \"ECDHE-RSA-AES256-SHA384\", \
+         \"ECDHE-ECDSA-AES256-SHA\", \"ECDHE-RSA-AES256-SHA\", \"AES128-GCM-SHA256\", \
+         \"AES256-GCM-SHA384\", \"AES128-SHA256\", \"AES256-SHA256\", \"AES128-SHA\", \
+         \"AES256-SHA\", \"DES-CBC3-SHA\"]\n\
+         groups = [\"X25519MLKEM768\", \"X25519\", \"secp256r1\", \"secp384r1\", \
+         \"secp521r1\", \"SecP384r1MLKEM1024\"]",
+    );
+    let port = proxy.port("api");
+    let warnings: Vec<String> = proxy
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("WARN") && l.contains("cannot offer"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains("ECDHE-ECDSA-AES128-SHA256"),
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("DES-CBC3-SHA"), "{warnings:?}");
+    assert!(
+        warnings[1].contains("tls.groups: this build cannot offer secp521r1, SecP384r1MLKEM1024"),
+        "{warnings:?}"
+    );
+    let cases: &[(&[&str], bool)] = &[
+        (
+            &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"],
+            true,
+        ),
+        (&["-tls1_3", "-groups", "secp384r1"], true),
+        (&["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-SHA"], false),
+        (&["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-SHA384"], false),
+        (&["-tls1_2", "-groups", "secp521r1"], false),
+        (&["-tls1_3", "-groups", "secp521r1"], false),
+        (
+            &["-tls1_1", "-cipher", "ECDHE-ECDSA-AES128-SHA@SECLEVEL=0"],
+            false,
+        ),
+    ];
+    for (args, ok) in cases {
+        let (got, out) = handshake(&sb, port, args);
+        assert_eq!(got, *ok, "{args:?}: {out}");
+    }
 }

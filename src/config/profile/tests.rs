@@ -19,6 +19,7 @@ fn pod() -> HashMap<String, String> {
         ("POD_NAMESPACE", "metal3"),
         ("POD_IPS", "192.168.111.21,fd00:1101::21"),
         ("IRONIC_PROXY_PEER_CIDRS", "192.168.111.0/24,fd00:1101::/64"),
+        ("IRONIC_PROXY_HTPASSWD", "/auth/ironic/htpasswd"),
     ])
 }
 
@@ -219,12 +220,6 @@ fn every_profile_renders_an_effective_config_that_parses_back() {
 #[test]
 fn the_htpasswd_variable_protects_the_api_listener_and_never_json_rpc() {
     let mut e = pod();
-    let c = load("sidecar", &e).expect("unset: no auth");
-    assert!(c.listeners.iter().all(|l| l.auth.is_none()));
-    e.insert(
-        "IRONIC_PROXY_HTPASSWD".into(),
-        "/auth/ironic/htpasswd".into(),
-    );
     e.insert("IRONIC_PROXY_AUTH_REALM".into(), "Ironic API".into());
     for name in ["sidecar", "sidecar-openshift"] {
         let c = load(name, &e).expect(name);
@@ -286,11 +281,22 @@ fn the_tls_variables_set_the_policy_and_bad_names_name_the_variable() {
         ("IRONIC_PROXY_TLS_MIN_VERSION", "1.1", "tls.min_version"),
         (
             "IRONIC_PROXY_TLS_CIPHER_SUITES",
-            "TLS_AES_128_GCM_SHA256,DHE-RSA-AES128-GCM-SHA256",
+            "TLS_AES_128_GCM_SHA256,TLS_AES_128_GCM_SHA257",
             "tls.cipher_suites[1]",
         ),
         ("IRONIC_PROXY_TLS_CIPHER_SUITES", ",", "tls.cipher_suites"),
-        ("IRONIC_PROXY_TLS_GROUPS", "ffdhe2048", "tls.groups[0]"),
+        // Known, not offered, and nothing else: the list is empty.
+        (
+            "IRONIC_PROXY_TLS_CIPHER_SUITES",
+            "DES-CBC3-SHA",
+            "tls.cipher_suites",
+        ),
+        (
+            "IRONIC_PROXY_TLS_GROUPS",
+            "brainpoolP256r1",
+            "tls.groups[0]",
+        ),
+        ("IRONIC_PROXY_TLS_GROUPS", "secp521r1", "tls.groups"),
     ];
     for (var, value, key) in cases {
         let mut e = pod();
@@ -299,3 +305,5 @@ fn the_tls_variables_set_the_policy_and_bad_names_name_the_variable() {
         assert!(msg.contains(&format!("{key} (from {var})")), "{msg}");
     }
 }
+
+mod openshift;
