@@ -720,7 +720,8 @@ class Boot:
                 and e.get("listener") == "boot-tls"
                 and h.event_time(e) >= t0
             ]
-            print(f"e2e-boot: TLS as {prof.name}: client: {alert.split(':')[-2:]}; "
+            said = [p for p in alert.split(":") if "alert" in p]  # OpenSSL's error line
+            print(f"e2e-boot: TLS as {prof.name}: client: {said}; "
                   f"proxy: {why}", flush=True)  # fmt: skip
             refused.append(not out and "handshake failure" in alert and len(why) == 1)
         self.check("TLS boot listener (ECDSA P-256 certificate): iPXE offers without ECDSA "
@@ -744,6 +745,36 @@ class Boot:
                    text in b.seen and "HTTPS" not in feature and not lines and status == 200,
                    f"{b.seen} {feature} {lines} {status}")  # fmt: skip
 
+    def kit_files(self):
+        """config/sidecar-boot-tls.toml (the kit's TLS boot listeners) checks with a sidecar's
+        environment, and the boot-files component carries byte-equal copies of both files."""
+        repo = os.path.dirname(os.path.dirname(HERE))
+        # A CA of its own: the test's CA permits 127.0.0.0/8 only, the kit names service DNS.
+        ca_dir = os.path.join(self.root, "kit-ca")
+        h.run([self.bin, "ca", "init", "--out", ca_dir, "--name", "kit CA"], "ca init (kit)")
+        env = {
+            **os.environ, "POD_NAME": "ironic-0", "POD_NAMESPACE": "metal3",
+            "POD_IPS": "127.0.0.1", "IRONIC_PROXY_PEER_CIDRS": "127.0.0.0/8",
+            "IRONIC_PROXY_TRUST": f"{ca_dir}/ca.crt", "IRONIC_PROXY_ISSUER_DIR": ca_dir,
+            "IRONIC_PROXY_EXPORT_DIR": os.path.join(self.root, "kit-export"),
+            "IRONIC_PROXY_HTPASSWD": os.path.join(self.root, "kit-htpasswd"),
+        }  # fmt: skip
+        import bcrypt  # from the Ironic virtualenv, as auth_e2e.py uses it
+
+        with open(env["IRONIC_PROXY_HTPASSWD"], "wb") as f:
+            f.write(b"admin:" + bcrypt.hashpw(b"x", bcrypt.gensalt(5)) + b"\n")
+        out = h.run([self.bin, "check", "--config", f"{repo}/config/sidecar-boot-tls.toml"],
+                    "check config/sidecar-boot-tls.toml", env=env).stdout  # fmt: skip
+        same = all(
+            open(f"{repo}/config/{n}", "rb").read()
+            == open(f"{repo}/config/k8s/components/boot-files/{n}", "rb").read()
+            for n in ("sidecar-boot.toml", "sidecar-boot-tls.toml")
+        )
+        self.check("kit: sidecar-boot-tls.toml checks (boot-tls on 8084, vmedia-tls on 6183), "
+                   "the boot-files component's copies are byte-equal",
+                   same and 'listen = "[::]:8084"' in out and 'listen = "[::]:6183"' in out,
+                   f"copies equal: {same}")  # fmt: skip
+
     def find_metrics(self):
         for name, url in [("sidecar", self.instances[0].admin_url), ("lb", self.lb_admin)]:
             s = h.scrape(url)
@@ -755,6 +786,7 @@ class Boot:
 
     def run(self):
         self.setup()
+        self.kit_files()
         self.deploy()
         self.boot_files()
         self.ipxe_vms()

@@ -26,6 +26,8 @@ QEMU = "qemu-system-x86_64"
 # QEMU 7.2 loads this ROM for virtio-net-pci (romfile default); Debian's ipxe-qemu ships it in
 # the firmware path Debian's QEMU searches.
 ROM = "/usr/lib/ipxe/qemu/efi-virtio.rom"
+# E2E_BOOT_ACCEL=kvm tries KVM; TCG by default (see above).
+ACCEL = os.environ.get("E2E_BOOT_ACCEL", "tcg")
 ROWS, COLS = 25, 80
 VGA_TEXT = 0xB8000
 
@@ -152,7 +154,7 @@ def boot(directory, name, mac, bootfile, until, timeout=90, then=()):
     os.makedirs(d, exist_ok=True)
     qmp_path, vga = os.path.join(d, "qmp.sock"), os.path.join(d, "vga.bin")
     argv = [
-        QEMU, "-accel", "tcg", "-m", "256", "-nodefaults", "-vga", "std", "-display", "none",
+        QEMU, "-accel", ACCEL, "-m", "256", "-nodefaults", "-vga", "std", "-display", "none",
         "-serial", "file:" + os.path.join(d, "serial.log"), "-no-reboot",
         "-qmp", f"unix:{qmp_path},server=on,wait=off",
         "-netdev", f"user,id=n0,bootfile={bootfile}",
