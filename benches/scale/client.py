@@ -208,7 +208,8 @@ async def storm(a):
            "first_error": r["first_error"],
            "last_connected_s": round(at[-1], 3) if at else 0,
            "accepted_per_s": round(len(at) / max(a.spread, at[-1] if at else 0), 1),
-           "accepted_busiest_s": max(per_second.values(), default=0)}
+           "accepted_busiest_s": max(per_second.values(), default=0),
+           "client_cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 2)}
     for k in ("handshake", "lookup", "storm_beat", "beat"):
         out[f"{k}_n"] = len(r[k])
         out[f"{k}_p50_us"] = round(percentile(r[k], 0.5))
