@@ -633,7 +633,10 @@ fn the_networking_rpc_and_ipxe_tls_listeners_run_from_their_variables() {
     let _api = Upstream::start(&dir.path().join("ironic.sock"));
     let _rpc = Upstream::start(&dir.path().join("json-rpc.sock"));
     let networking = Upstream::start(&dir.path().join("networking.sock"));
-    let httpd = FileServer::start(std::net::TcpListener::bind((LO, 0)).expect("bind"));
+    let httpd = FileServer::start(
+        support::ports::KeptListener::bind((LO, support::free_port()).into())
+            .expect("bind a reserved port"),
+    );
     let now = std::time::SystemTime::now();
     httpd.put(
         "/boot.ipxe",

@@ -50,6 +50,7 @@ mod tests {
             ("POD_NAMESPACE", "metal3"),
             ("POD_IPS", "192.168.111.21"),
             ("IRONIC_PROXY_PEER_CIDRS", "192.168.111.0/24,fd00:1101::/64"),
+            ("IRONIC_PROXY_HTPASSWD", "none"),
         ]
         .iter()
         .chain(extra)
