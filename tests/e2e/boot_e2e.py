@@ -758,7 +758,10 @@ class Boot:
             "IRONIC_PROXY_TRUST": f"{ca_dir}/ca.crt", "IRONIC_PROXY_ISSUER_DIR": ca_dir,
             "IRONIC_PROXY_EXPORT_DIR": os.path.join(self.root, "kit-export"),
             "IRONIC_PROXY_HTPASSWD": os.path.join(self.root, "kit-htpasswd"),
+            "IRONIC_PROXY_EGRESS_CREDENTIALS": os.path.join(self.root, "kit-egress"),
         }  # fmt: skip
+        with open(env["IRONIC_PROXY_EGRESS_CREDENTIALS"], "w") as f:
+            f.write("ironic:0123456789abcdef")
         import bcrypt  # from the Ironic virtualenv, as auth_e2e.py uses it
 
         with open(env["IRONIC_PROXY_HTPASSWD"], "wb") as f:

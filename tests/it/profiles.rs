@@ -300,6 +300,9 @@ fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
     let mut env = check_env(dir.path());
     env.retain(|(k, _)| *k != "IRONIC_PROXY_HTPASSWD");
     env.push(("IRONIC_PROXY_HTPASSWD", s(&htpasswd)));
+    let egress = dir.path().join("egress");
+    std::fs::write(&egress, "ironic:0123456789abcdef").unwrap();
+    env.push(("IRONIC_PROXY_EGRESS_CREDENTIALS", s(&egress)));
     let set: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let o = cli(&["check", "--config", BOOT], &set);
     assert!(o.ok(), "{o:?}");
@@ -311,6 +314,7 @@ fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
         "plaintext = true",
         "htpasswd = ",
         "\"ip:127.0.0.0/8\"",
+        "name = \"json-rpc-egress\"",
     ] {
         assert!(o.stdout.contains(expected), "{expected} in\n{}", o.stdout);
     }
