@@ -38,7 +38,9 @@ Checks (numbered as printed):
 3. without a client certificate (curl without `--cert`), and with one from a foreign CA, the
    handshake is refused (`tls_handshake_failures_total`), and nothing reaches the service.
 
-Run it as `E2E_TEST=networking_e2e scripts/e2e`, under `flock /tmp/ironic-e2e.lock` (fixed
+Ironic 35+: the service exists since 34.0.0, the network interface that calls it since 35.0.0
+(`IRONIC_VERSION=35.0.0 scripts/e2e` runs it there). Run it as
+`E2E_TEST=networking_e2e scripts/e2e`, under `flock /tmp/ironic-e2e.lock` (fixed
 loopback addresses).
 """
 
