@@ -39,7 +39,7 @@ Checks (numbered as printed):
    handshake is refused (`tls_handshake_failures_total`), and nothing reaches the service.
 
 Ironic 35+: the service exists since 34.0.0, the network interface that calls it since 35.0.0
-(`IRONIC_VERSION=35.0.0 scripts/e2e` runs it there). Run it as
+(`IRONIC_VERSION=35.0.0` runs it there). Run it as
 `E2E_TEST=networking_e2e scripts/e2e`, under `flock /tmp/ironic-e2e.lock` (fixed
 loopback addresses).
 """
