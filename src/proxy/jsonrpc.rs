@@ -27,7 +27,9 @@ pub const SCAN_LIMIT: usize = 4096;
 pub const OTHER: &str = "other";
 
 /// The conductor RPC methods: every name `ironic/conductor/rpcapi.py` (openstack/ironic,
-/// RPC API 1.62) passes to `cctxt.call` or `cctxt.cast`, sorted for binary search.
+/// RPC API 1.62) passes to `cctxt.call` or `cctxt.cast`, and those of the networking service
+/// (`ironic/networking/rpcapi.py`, Ironic 34+: `update_port`, `reset_port`, `get_switches`,
+/// `update_lag`, `delete_lag`), sorted for binary search.
 pub const KNOWN: &[&str] = &[
     "add_node_traits",
     "attach_virtual_media",
@@ -41,6 +43,7 @@ pub const KNOWN: &[&str] = &[
     "create_allocation",
     "create_node",
     "create_port",
+    "delete_lag",
     "destroy_allocation",
     "destroy_node",
     "destroy_port",
@@ -66,6 +69,7 @@ pub const KNOWN: &[&str] = &[
     "get_raid_logical_disk_properties",
     "get_supported_boot_devices",
     "get_supported_indicators",
+    "get_switches",
     "get_virtual_media",
     "heartbeat",
     "inject_nmi",
@@ -74,10 +78,12 @@ pub const KNOWN: &[&str] = &[
     "object_backport_versions",
     "object_class_action_versions",
     "remove_node_traits",
+    "reset_port",
     "set_boot_device",
     "set_console_mode",
     "set_indicator_state",
     "set_target_raid_config",
+    "update_lag",
     "update_node",
     "update_port",
     "update_portgroup",

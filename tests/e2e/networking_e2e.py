@@ -297,9 +297,9 @@ class NetworkingE2E(base.E2E):
             ", ".join(f"{m} {n}" for m, n in sorted(served.items())) or "none",
         )
         updates = {i for (i, m, s), _ in by.items() if m == "update_port" and s == 200}
-        # The proxy labels methods it knows (the conductor API, src/proxy/jsonrpc.rs KNOWN):
-        # update_port is one of them, reset_port is not, so it is logged as `other`.
-        resets = sum(n for (i, m, s), n in by.items() if m in ("reset_port", "other"))
+        # The proxy labels the conductor's and the networking service's methods
+        # (src/proxy/jsonrpc.rs KNOWN), reset_port among them.
+        resets = sum(n for (i, m, s), n in by.items() if m == "reset_port")
         with open(self.net_log, errors="replace") as f:
             noop = f.read().count("NoOp: Update port")
         ok = (
