@@ -324,8 +324,6 @@ pub(crate) fn from_toml(v: toml::Value, error: &mut dyn FnMut(String, FieldSourc
 fn warn_dropped(key: &str, dropped: &[String]) {
     if !dropped.is_empty() {
         tracing::warn!(
-            key,
-            dropped = dropped.join(", "),
             "{key}: this build cannot offer {}; dropped",
             dropped.join(", ")
         );

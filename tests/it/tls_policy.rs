@@ -315,6 +315,10 @@ fn openshifts_old_profile_starts_and_offers_only_what_rustls_has() {
          \"secp521r1\", \"SecP384r1MLKEM1024\"]",
     );
     let port = proxy.port("api");
+    // Readiness comes from the admin endpoint: stderr may not have been read that far yet.
+    proxy.wait_log(Duration::from_secs(5), |l| {
+        l.contains("tls.groups: this build")
+    });
     let warnings: Vec<String> = proxy
         .logs()
         .into_iter()

@@ -258,6 +258,9 @@ fn the_networking_rpc_and_boot_tls_listeners_are_switched_on_by_variables() {
     e.insert("IRONIC_PROXY_IPXE_TLS_PORT".into(), "8084".into());
     e.insert("IRONIC_PROXY_VMEDIA_TLS_PORT".into(), "6183".into());
     let c = load("sidecar", &e).expect("all listeners");
+    // What `check` prints is itself a valid configuration.
+    let text = c.render();
+    Config::parse(&text, &env(&[])).unwrap_or_else(|err| panic!("{text}: {err}"));
     let names: Vec<&str> = c.listeners.iter().map(|l| l.name.as_str()).collect();
     assert_eq!(
         names,
