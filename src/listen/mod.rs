@@ -193,6 +193,11 @@ impl Listener {
             tokio::spawn(async move {
                 this2.active.inc();
                 match io {
+                    // Egress: every read ACKed at once (see `proxy::egress::quickack`).
+                    Stream::Tcp(s) if this2.cfg.egress.is_some() => {
+                        let s = crate::proxy::egress::quickack::QuickAck::new(s);
+                        this2.connection(s, peer, shutdown).await;
+                    }
                     Stream::Tcp(s) => this2.connection(s, peer, shutdown).await,
                     Stream::Unix(s) => this2.connection(s, peer, shutdown).await,
                 }

@@ -177,13 +177,15 @@ fn egress_forwards_json_rpc_over_mutual_tls_and_refuses_everything_else_unforwar
     // Python requests with proxies= (keystoneauth's session does the same from HTTP_PROXY):
     // 20 calls on one session, to the name and to the IP.
     const CLIENT: &str = r#"
-import sys, requests
+import sys, time, requests
 proxy, url, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 s = requests.Session()
 s.proxies = {"http": proxy}
+t = time.monotonic()
 for i in range(n):
     r = s.post(url, json={"jsonrpc": "2.0", "method": "validate_driver_interfaces", "params": {}, "id": str(i)}, timeout=30)
     print(r.status_code)
+print("ms-per-call", (time.monotonic() - t) / n * 1000)
 "#;
     let with_creds = format!("http://{USER}:{PASSWORD}@{}", rig.egress.listen);
     for url in [target.clone(), format!("http://127.0.0.1:{port}/")] {
@@ -194,6 +196,16 @@ for i in range(n):
             20,
             "{out:?}"
         );
+        // urllib3's proxy connections have no TCP_NODELAY: without the egress's quick ACKs
+        // every keep-alive call after the second waited ~40 ms for a delayed ACK.
+        let ms: f64 = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("ms-per-call "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("timing printed");
+        eprintln!("Python requests through egress, keep-alive: {ms:.1} ms per call");
+        assert!(ms < 25.0, "{ms} ms per call: delayed ACKs");
     }
     let forwarded = 41.0;
     assert_eq!(rig.ironic.requests().len(), 41);

@@ -19,6 +19,7 @@
 //! keep-alive pool; a new connection takes the identity current at its handshake.
 
 pub(crate) mod credentials;
+pub(crate) mod quickack;
 
 use super::pool::{Pool, PoolOptions};
 use super::{ConnInfo, ProxyError};
