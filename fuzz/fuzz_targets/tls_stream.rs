@@ -166,6 +166,7 @@ fuzz_target!(|data: &[u8]| {
     let mut served = Vec::new(); // what the server's writes accepted
     let mut got = Vec::new(); // what the server read
     let mut ended: Option<io::Result<()>> = None;
+    let mut server_closed = false;
     let mut bytes = data.iter().copied();
     while let Some(op) = bytes.next() {
         let arg = usize::from(bytes.next().unwrap_or(0));
@@ -208,7 +209,10 @@ fuzz_target!(|data: &[u8]| {
                 }
                 peer.receive();
             }
-            7 => {
+            // After the server's close_notify, rustls 0.23.46 trips its own debug assertion on a
+            // record that fails (a second fatal alert; its buffered connection too, see the
+            // stream's unit tests): no injection then, so the run looks for our bugs.
+            7 if !server_closed => {
                 // Raw bytes on the socket, in the middle of whatever is pending: an alert
                 // record (fatal, decode_error), or garbage.
                 let junk: Vec<u8> = if arg % 2 == 0 {
@@ -224,6 +228,7 @@ fuzz_target!(|data: &[u8]| {
             }
             8 => peer.raw = None, // the TCP close (early or late)
             9 => {
+                server_closed = true;
                 let _ = Pin::new(&mut server).poll_shutdown(&mut cx());
                 peer.receive();
             }

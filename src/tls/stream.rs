@@ -384,7 +384,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             }
             // Early data is never enabled (`max_early_data_size` is 0); anything else is a
             // state this rustls version added.
-            _ => return (discard, Err(io::Error::other("unexpected TLS state"))),
+            _ => {
+                *failed = true;
+                return (discard, Err(io::Error::other("unexpected TLS state")));
+            }
         };
         (discard, Ok(step))
     }
