@@ -63,6 +63,8 @@ pub use identity::{load_chain, load_files, load_key, load_trust, Material};
 pub use listen::serve_stream;
 pub use metrics::{Metrics, UpstreamLabels};
 pub use proxy::find::Finder;
+pub use proxy::h1::{read_whole_response, WholeResponse};
 pub use proxy::pool::{Pool, PoolOptions};
 pub use proxy::{headers, jsonrpc, route, ConnInfo, Proxy};
+pub use tls::stream::{accept as accept_tls, ServerStream as TlsServerStream};
 pub use tls::{allow, server_config, ClientIdentity};

@@ -17,6 +17,16 @@
 //! over-long) reaches the upstream, and over plain HTTP (bit 0 clear) only the find route's
 //! paths do. The upstream answers by path: `/502` a 502 (exercises the
 //! retry path), `/big` a 256 KiB body, `/close` with `Connection: close`, anything else 200.
+//!
+//! Mode bit 4: a rogue upstream instead. The client sends one well-formed request (bit 0: a
+//! `POST` with a body, else a `GET`); the rest of the input is what the upstream answers, byte
+//! for byte (heads, framings, chunk extensions, trailers, 1xx, garbage), before closing the
+//! connection: every input's length is an end of stream at that byte. Bit 5: the upstream
+//! answers at once, before reading the request (an early answer). Checks: nothing panics, the
+//! connection ends, and what the client gets starts with one well-formed HTTP/1.1 response head
+//! (the proxy's 502 for what our client refuses, else the upstream's), or is nothing at all
+//! when the upstream's body failed before its first byte (hyper's server writes the head with
+//! the body's first bytes, so it drops the connection unanswered).
 #![no_main]
 
 use bytes::Bytes;
@@ -64,9 +74,19 @@ struct Upstream {
     parse_errors: Vec<String>,
 }
 
+/// What the rogue upstream answers to every connection (see the module's doc).
+#[derive(Default)]
+struct Rogue {
+    answer: Vec<u8>,
+    early: bool,
+}
+
 struct Harness {
     rt: Runtime,
     proxy: Arc<Proxy>,
+    /// A proxy in front of the rogue upstream.
+    rogue_proxy: Arc<Proxy>,
+    rogue: Arc<Mutex<Rogue>>,
     /// The same upstream behind a listener with routes.
     routed: Arc<Proxy>,
     limits: Limits,
@@ -151,6 +171,83 @@ async fn serve_upstream(listener: UnixListener, record: Arc<Mutex<Upstream>>) {
     }
 }
 
+/// Answers every connection with the bytes of [`Rogue`], then closes its half; reads on to the
+/// end so that the proxy's writes never meet a reset.
+async fn serve_rogue(listener: UnixListener, rogue: Arc<Mutex<Rogue>>) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (answer, early) = {
+            let r = rogue.lock().expect("no panic while holding the rogue");
+            (r.answer.clone(), r.early)
+        };
+        tokio::spawn(async move {
+            if !early {
+                // The request head, byte by byte: nothing of a body is read before answering.
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut b).await.unwrap_or(0) == 1 {
+                    head.push(b[0]);
+                }
+            }
+            let _ = stream.write_all(&answer).await;
+            let _ = stream.shutdown().await;
+            let mut sink = Vec::new();
+            let _ = stream.read_to_end(&mut sink).await;
+        });
+    }
+}
+
+/// The client's side of a rogue-upstream input: one request, then what the proxy answers must
+/// be one well-formed HTTP/1.1 response.
+async fn rogue_exchange(h: &Harness, post: bool, input: &[u8]) {
+    let (client, server) = tokio::io::duplex(8 * 1024);
+    let proxy = h.rogue_proxy.clone();
+    let limits = h.limits.clone();
+    let info = ConnInfo::new(Some(([127, 0, 0, 1], 40000).into()), false);
+    let conn = tokio::spawn(async move { serve_stream(server, false, proxy, info, &limits).await });
+    let (mut rd, mut wr) = tokio::io::split(client);
+    let request: &[u8] = if post {
+        b"POST /rogue HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+    } else {
+        b"GET /rogue HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    };
+    let exchange = async {
+        let _ = wr.write_all(request).await;
+        let mut got = Vec::new();
+        let _ = rd.read_to_end(&mut got).await;
+        (wr, got)
+    };
+    let Ok((wr, got)) = tokio::time::timeout(GIVE_UP, exchange).await else {
+        panic!("no end of the answer: upstream sent {:?}", String::from_utf8_lossy(input));
+    };
+    drop(wr);
+    match tokio::time::timeout(GIVE_UP, conn).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Ok(Err(e)) => panic!("connection task failed: {e}"),
+        Err(_) => panic!(
+            "connection still open after {GIVE_UP:?}: upstream sent {:?}",
+            String::from_utf8_lossy(input)
+        ),
+    }
+    // Nothing at all is an answer too: an upstream body that fails before its first byte ends
+    // the connection before hyper's server wrote the head (it writes it with the first bytes).
+    if got.is_empty() {
+        return;
+    }
+    let mut fields = [httparse::EMPTY_HEADER; 128];
+    let mut resp = httparse::Response::new(&mut fields);
+    let parsed = resp.parse(&got);
+    assert!(
+        matches!(parsed, Ok(httparse::Status::Complete(_))) && resp.version == Some(1),
+        "not one HTTP/1.1 response to the client: {:?}\nupstream sent {:?}",
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(input)
+    );
+}
+
 fn harness() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
     H.get_or_init(|| {
@@ -171,12 +268,28 @@ fn harness() -> &'static Harness {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir is writable");
         let sock = dir.join("upstream.sock");
+        let rogue_sock = dir.join("rogue.sock");
         let upstream = Arc::new(Mutex::new(Upstream::default()));
+        let rogue = Arc::new(Mutex::new(Rogue::default()));
         let limits = limits();
-        let (proxy, routed) = rt.block_on(async {
+        let (proxy, routed, rogue_proxy) = rt.block_on(async {
             let listener = UnixListener::bind(&sock).expect("bind the upstream socket");
             tokio::spawn(serve_upstream(listener, upstream.clone()));
+            let listener = UnixListener::bind(&rogue_sock).expect("bind the rogue socket");
+            tokio::spawn(serve_rogue(listener, rogue.clone()));
             let metrics = Metrics::new();
+            let rogue_pool = Pool::new(PoolOptions::local(
+                "fuzz-rogue",
+                UpstreamAddr::Unix(rogue_sock.clone()),
+                limits.header_bytes,
+                metrics.clone(),
+            ));
+            let rogue_proxy = Arc::new(Proxy::new(
+                "fuzz-rogue",
+                rogue_pool,
+                limits.clone(),
+                metrics.clone(),
+            ));
             let pool = Pool::new(PoolOptions::local(
                 "fuzz",
                 UpstreamAddr::Unix(sock.clone()),
@@ -187,11 +300,14 @@ fn harness() -> &'static Harness {
             (
                 Arc::new(Proxy::new("fuzz", pool, limits.clone(), metrics)),
                 routed,
+                rogue_proxy,
             )
         });
         Harness {
             rt,
             proxy,
+            rogue_proxy,
+            rogue,
             routed,
             limits,
             upstream,
@@ -306,6 +422,20 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let h = harness();
+    if mode & 0x10 != 0 {
+        {
+            let mut r = h.rogue.lock().expect("no panic while holding the rogue");
+            r.answer = bytes.to_vec();
+            r.early = mode & 0x20 != 0;
+        }
+        h.rt.block_on(async {
+            rogue_exchange(h, mode & 1 != 0, bytes).await;
+            // What the proxy still does with the upstream (a body's end, a pooled connection)
+            // ends before the next input.
+            tokio::time::sleep(SETTLE_H1).await;
+        });
+        return;
+    }
     let mutual = mode & 1 != 0;
     let h2 = mode & 2 != 0;
     let half_close = mode & 4 != 0;

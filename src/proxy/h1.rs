@@ -5,10 +5,10 @@
 //! Why our own and not hyper's client: hyper's HTTP/1.1 client runs every connection as its
 //! own task, fed through a channel, and a response body through another; per keep-alive request
 //! that task, its dispatch and its channels were a quarter of the proxy's user-space instructions
-//! (callgrind, BENCHMARKS.md "Our own upstream client"). Here the request's task writes the head
-//! and reads the answer itself, and the body is read from the connection by whoever polls it.
-//! What we parse is what httparse parses (hyper's parser too); what is ours is small: the head's
-//! serialisation, the body framing of RFC 9112 §6.3, and chunked decoding (§7.1).
+//! (callgrind, docs/benchmarks-history-2026.md "Our own upstream client"). Here the request's task
+//! writes the head and reads the answer itself, and the body is read from the connection by whoever
+//! polls it. What we parse is what httparse parses (hyper's parser too); what is ours is small: the
+//! head's serialisation, the body framing of RFC 9112 §6.3, and chunked decoding (§7.1).
 //!
 //! The upstream is not trusted more than a client: a head over its bound, a malformed head, a
 //! `Content-Length` that does not parse or disagrees with itself, bad chunk framing, a chunk
@@ -16,8 +16,10 @@
 //! gets 502), never a panic and never a guess.
 
 mod chunked;
+mod whole;
 
 pub(crate) use chunked::{Chunked, Decoded};
+pub use whole::{read_whole_response, WholeResponse};
 
 use super::headers;
 use bytes::BytesMut;

@@ -11,7 +11,7 @@ pub(crate) mod body;
 pub(crate) mod egress;
 mod error;
 pub(crate) mod find;
-mod h1;
+pub(crate) mod h1;
 pub mod headers;
 pub mod jsonrpc;
 mod log;
@@ -19,7 +19,6 @@ pub(crate) mod pool;
 pub(crate) mod response;
 mod retry;
 pub mod route;
-mod timer;
 pub(crate) mod upstream;
 
 pub(crate) use error::{json_response, Blame, Gateway, ProxyError};
@@ -60,8 +59,6 @@ pub struct ConnInfo {
     /// The identity in `X-Forwarded-Client-Cert` form, computed once per connection.
     pub xfcc: Option<HeaderValue>,
     pub tls: bool,
-    /// The `upstream_timeout` timer its requests reuse (see [`timer`]).
-    pub upstream_timer: timer::UpstreamTimer,
 }
 
 impl ConnInfo {
@@ -316,8 +313,7 @@ impl Proxy {
             // GET and HEAD only; a body sent with one is not forwarded.
             (None, route::Decision::Find(finder)) => return finder.find(parts, via_proxy).await,
         };
-        let timer = &conn.upstream_timer;
-        retry::send(self, parts, body, via_proxy, &cut, upstream, timer).await
+        retry::send(self, parts, body, via_proxy, &cut, upstream).await
     }
 
     fn count_peer_tls_failure(&self, e: &upstream::SendError, upstream: &str) {

@@ -65,7 +65,7 @@ const MAX_WRITE: usize = GATHER_ON_STACK + 4 * 16384;
 const MAX_INCOMING: usize = 0xffff + 5 + 16384 + 2048;
 
 /// TLS over `S`, server side, after [`accept`].
-pub(crate) struct ServerStream<S> {
+pub struct ServerStream<S> {
     io: S,
     conn: UnbufferedServerConnection,
     incoming: Vec<u8>,
@@ -106,7 +106,7 @@ enum Step {
 /// Performs the TLS handshake on `io` with `config`, to its end: the client's certificate (if
 /// any) is verified and the session tickets are queued. Errors carry rustls' error as their
 /// inner error (`io::Error::get_ref`), as tokio-rustls' do; a closed socket is `UnexpectedEof`.
-pub(crate) async fn accept<S>(config: Arc<ServerConfig>, io: S) -> io::Result<ServerStream<S>>
+pub async fn accept<S>(config: Arc<ServerConfig>, io: S) -> io::Result<ServerStream<S>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -384,7 +384,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             }
             // Early data is never enabled (`max_early_data_size` is 0); anything else is a
             // state this rustls version added.
-            _ => return (discard, Err(io::Error::other("unexpected TLS state"))),
+            _ => {
+                *failed = true;
+                return (discard, Err(io::Error::other("unexpected TLS state")));
+            }
         };
         (discard, Ok(step))
     }

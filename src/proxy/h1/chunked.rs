@@ -239,8 +239,8 @@ mod tests {
         }
     }
 
-    /// Found by the differential target against hyper's client: each accepted by one and
-    /// refused by the other before the decoder followed hyper's states.
+    /// Found reading hyper's decoder (`proto/h1/decode.rs`) beside ours: each accepted by one
+    /// and refused by the other before the decoder followed hyper's states.
     #[test]
     fn what_hyper_accepts_is_accepted() {
         for (wire, data) in [
@@ -279,9 +279,9 @@ mod tests {
             b"5 x\r\nhello\r\n0\r\n\r\n",
             b"5\nhello\r\n0\r\n\r\n",
             b"10000000000000000\r\n",
-            // Found by the differential target (accepted before, refused by hyper): a CR
-            // inside the size line or an extension, a form feed as whitespace, a trailer
-            // section that is not header fields.
+            // Found reading hyper's decoder (accepted before, refused by hyper): a CR inside
+            // the size line or an extension, a form feed as whitespace, a trailer section that
+            // is not header fields.
             b"5\r\r\nhello\r\n0\r\n\r\n",
             b"5;a\rb\r\nhello\r\n0\r\n\r\n",
             b"5\x0c\r\nhello\r\n0\r\n\r\n",

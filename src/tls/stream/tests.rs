@@ -3,8 +3,8 @@
 
 use super::write::SEAL;
 use super::*;
-use std::pin::Pin;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use std::pin::Pin;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 type Client = tokio_rustls::client::TlsStream<DuplexStream>;
@@ -534,4 +534,58 @@ async fn a_forged_record_after_the_handshake_fails_the_stream_and_nothing_after_
     assert!(server.read(&mut buf).await.is_err());
     assert!(server.write_all(b"x").await.is_err());
     let _ = server.shutdown().await;
+}
+
+/// Found by the `tls_stream` fuzz target: after the server's own close_notify, a client record
+/// with a byte inserted fails rustls, which sends a second fatal alert and trips its own
+/// `debug_assert!(!self.sent_fatal_alert)` in debug builds. rustls' buffered connection (what
+/// tokio-rustls drives) does the same (next test): rustls 0.23.46's, not this stream's. In
+/// release builds the read fails.
+#[tokio::test]
+#[cfg_attr(debug_assertions, should_panic(expected = "sent_fatal_alert"))]
+async fn a_forged_record_after_the_servers_close_notify_fails_the_read() {
+    let (mut server, client) = pair(64 * 1024).await;
+    let (mut io, mut conn) = client.into_inner();
+    let wire = records_for(&mut conn, &[7u8; 185]);
+    server.shutdown().await.unwrap();
+    let mut forged = wire[..5].to_vec();
+    forged.push(0x14);
+    forged.extend_from_slice(&wire[5..]);
+    io.write_all(&forged).await.unwrap();
+    let mut buf = [0u8; 2048];
+    assert!(server.read(&mut buf).await.is_err());
+    assert!(server.read(&mut buf).await.is_err());
+}
+
+/// rustls' buffered connection after its close_notify and a forged record: the same debug
+/// assertion, so the case is rustls' (remove the `should_panic` once a rustls release fixes it).
+#[test]
+#[cfg_attr(debug_assertions, should_panic(expected = "sent_fatal_alert"))]
+fn rustls_buffered_after_close_notify_and_a_forged_record() {
+    let (server_cfg, client_cfg) = configs();
+    let mut server = rustls::ServerConnection::new(server_cfg).unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut client = rustls::ClientConnection::new(client_cfg, name).unwrap();
+    // Handshake in memory.
+    for _ in 0..10 {
+        let mut buf = Vec::new();
+        while client.wants_write() {
+            client.write_tls(&mut buf).unwrap();
+        }
+        server.read_tls(&mut &buf[..]).unwrap();
+        server.process_new_packets().unwrap();
+        let mut buf = Vec::new();
+        while server.wants_write() {
+            server.write_tls(&mut buf).unwrap();
+        }
+        client.read_tls(&mut &buf[..]).unwrap();
+        client.process_new_packets().unwrap();
+    }
+    let wire = records_for(&mut client, &[7u8; 185]);
+    server.send_close_notify();
+    let mut forged = wire[..5].to_vec();
+    forged.push(0x14);
+    forged.extend_from_slice(&wire[5..]);
+    server.read_tls(&mut &forged[..]).unwrap();
+    assert!(server.process_new_packets().is_err());
 }

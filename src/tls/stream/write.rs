@@ -285,16 +285,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
                 conn,
                 incoming,
                 outgoing,
+                failed,
                 ..
             } = &mut *this;
             let status = conn.process_tls_records(incoming);
             let discard = status.discard;
             // In any other state (records not read yet, a broken session) the socket is shut
             // without close_notify, as if it were closed.
-            if let Ok(ConnectionState::WriteTraffic(mut traffic)) = status.state {
-                let _ = grow(outgoing, 64, |out| {
-                    traffic.queue_close_notify(out).map_err(encrypt_size)
-                });
+            match status.state {
+                Ok(ConnectionState::WriteTraffic(mut traffic)) => {
+                    let _ = grow(outgoing, 64, |out| {
+                        traffic.queue_close_notify(out).map_err(encrypt_size)
+                    });
+                }
+                // rustls failed on records that arrived (and queued its fatal alert): it must
+                // not see records again, a later read included (found by the `tls_stream` fuzz
+                // target: rustls' own `debug_assert!(!self.sent_fatal_alert)` fired).
+                Err(_) => *failed = true,
+                Ok(_) => {}
             }
             finish(incoming, discard, Ok(Step::Again))?;
             this.close_queued = true;

@@ -7,9 +7,11 @@
 //!
 //! - below `/proc/sys/net/ipv4/ip_local_port_range` (or above it when the range starts too
 //!   low): the kernel never picks it for `connect()` or `bind(:0)`;
-//! - reserved by an exclusive lock on a file named after it in a directory every test process
-//!   on the machine shares (`$TMPDIR/ironic-proxy-test-ports/`), held until this process exits:
-//!   two tests, in this worktree or another, never get the same port at the same time;
+//! - claimed by a file named after it, holding this process's id, in a directory every test
+//!   process on the machine shares (`$TMPDIR/ironic-proxy-test-ports/`), created exclusively
+//!   (`O_EXCL`): two tests, in this worktree or another, never get the same port at the same
+//!   time. A claim whose process is gone (no `/proc/<pid>`) is taken over. (Not `flock`: std's
+//!   `File::try_lock` is newer than the crate's MSRV, and a lock call of our own is `unsafe`.)
 //! - never handed out twice in one process;
 //! - free for TCP and UDP on 127.0.0.1 when reserved (a service of the machine may hold it).
 //!
@@ -23,11 +25,12 @@
 //! (hickory's resolver binds random UDP source ports in 1024-65535, for one).
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::Write;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Lowest port handed out: below it are the well-known and registered services a machine runs.
@@ -35,8 +38,6 @@ const FLOOR: u16 = 10_000;
 
 struct Reserved {
     ports: HashSet<u16>,
-    /// The lock files: held (open) until the process exits.
-    locks: Vec<File>,
 }
 
 static RESERVED: Mutex<Option<Reserved>> = Mutex::new(None);
@@ -55,31 +56,23 @@ pub(crate) fn reserve() -> u16 {
     let mut guard = RESERVED.lock().expect("port registry");
     let reserved = guard.get_or_insert_with(|| Reserved {
         ports: HashSet::new(),
-        locks: Vec::new(),
     });
     for i in 0..span {
         let port = u16::try_from(u32::from(lo) + (start + i) % span).expect("within the range");
         if reserved.ports.contains(&port) {
             continue;
         }
-        let Ok(file) = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(port.to_string()))
-        else {
-            continue;
-        };
-        if file.try_lock().is_err() {
+        let claim = dir.join(port.to_string());
+        if !take(&claim) {
             continue; // another test process holds it
         }
+        // Reserved for this process from now on, used or not: never handed out twice.
+        reserved.ports.insert(port);
         // Held by a program outside the scheme (a service, an orphaned server of a killed test)?
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         if TcpListener::bind(addr).is_err() || UdpSocket::bind(addr).is_err() {
-            continue; // the lock goes with `file`
+            continue;
         }
-        reserved.ports.insert(port);
-        reserved.locks.push(file);
         return port;
     }
     panic!("no free port in {lo}-{hi} outside the ephemeral range");
@@ -104,6 +97,36 @@ fn candidates() -> (u16, u16) {
         );
         (last + 1, u16::MAX)
     }
+}
+
+/// Claims `path` for this process: created holding our id, or taken over from a process that is
+/// gone. A claim being written (empty) belongs to its writer for 10 s.
+fn take(path: &Path) -> bool {
+    let me = std::process::id().to_string();
+    for _ in 0..2 {
+        match OpenOptions::new().write(true).create_new(true).open(path) {
+            Ok(mut file) => return file.write_all(me.as_bytes()).is_ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let owner = std::fs::read_to_string(path).unwrap_or_default();
+                let alive = match owner.trim().parse::<u32>() {
+                    Ok(pid) => Path::new(&format!("/proc/{pid}")).exists(),
+                    // Being written, or left empty by a process killed in between: the latter
+                    // once it is older than any write could take.
+                    Err(_) => std::fs::metadata(path)
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_none_or(|age| age < std::time::Duration::from_secs(10)),
+                };
+                if alive {
+                    return false;
+                }
+                let _ = std::fs::remove_file(path);
+            }
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 fn lock_dir() -> PathBuf {
