@@ -27,6 +27,8 @@ pub trait Load {
     fn in_flight(&self) -> usize;
     /// Whether the endpoint may receive a request now (healthy and not ejected).
     fn is_available(&self, now: Instant) -> bool;
+    /// Whether its active checks last passed, ejected or not (for [`fallback`]).
+    fn checks_passed(&self) -> bool;
 }
 
 /// How to choose among available endpoints.
@@ -108,6 +110,19 @@ impl Picker {
             }
         }
     }
+}
+
+/// When [`Picker::pick`] finds no available endpoint (panic mode): the untried endpoint to try
+/// anyway. Those whose active checks last passed (ejected after failed requests) come first:
+/// they answered a probe lately, where one that never passed a check (nothing listening, as on
+/// `::1` for a `localhost` name served on IPv4 only) can only fail. Least loaded among them.
+pub fn fallback<L: Load>(endpoints: &[L], exclude: &[usize]) -> Option<usize> {
+    endpoints
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !exclude.contains(i))
+        .min_by_key(|(_, e)| (!e.checks_passed(), e.in_flight()))
+        .map(|(i, _)| i)
 }
 
 /// Power of two choices in one pass: a uniform random pair is kept by reservoir sampling
