@@ -116,7 +116,7 @@ impl Picker {
 /// anyway. Those whose active checks last passed (ejected after failed requests) come first:
 /// they answered a probe lately, where one that never passed a check (nothing listening, as on
 /// `::1` for a `localhost` name served on IPv4 only) can only fail. Least loaded among them.
-pub fn fallback<L: Load>(endpoints: &[L], exclude: &[usize]) -> Option<usize> {
+pub(crate) fn fallback<L: Load>(endpoints: &[L], exclude: &[usize]) -> Option<usize> {
     endpoints
         .iter()
         .enumerate()
