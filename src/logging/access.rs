@@ -397,4 +397,3 @@ pub(super) fn prefix(second: u64) -> Option<[u8; 20]> {
     two(&mut p, 17, of_day % 60);
     Some(p)
 }
-

@@ -918,7 +918,9 @@ mod tests {
                 };
                 let mut buf = vec![0u8; 4096];
                 for n in 0.. {
-                    let Ok(len) = s.read(&mut buf).await else { break };
+                    let Ok(len) = s.read(&mut buf).await else {
+                        break;
+                    };
                     if len == 0 {
                         break;
                     }
@@ -967,7 +969,9 @@ mod tests {
         let (ep, server) = closing_upstream(&dir).await;
         assert_eq!(send(&ep, http::Method::POST).await.expect("first"), 200);
         settle().await;
-        let err = send(&ep, http::Method::POST).await.expect_err("not replayable");
+        let err = send(&ep, http::Method::POST)
+            .await
+            .expect_err("not replayable");
         assert!(matches!(err, SendError::Stale(_)), "{err:?}");
         assert!(!err.blames_endpoint());
         assert!(!err.is_connect());
