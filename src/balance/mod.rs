@@ -27,8 +27,11 @@ pub trait Load {
     fn in_flight(&self) -> usize;
     /// Whether the endpoint may receive a request now (healthy and not ejected).
     fn is_available(&self, now: Instant) -> bool;
-    /// Whether its active checks last passed, ejected or not (for [`fallback`]).
-    fn checks_passed(&self) -> bool;
+    /// Whether its active checks last passed, ejected or not (for [`fallback`]); true for an
+    /// endpoint without active checks.
+    fn checks_passed(&self) -> bool {
+        true
+    }
 }
 
 /// How to choose among available endpoints.
