@@ -169,6 +169,12 @@ impl Health {
         state.verdict == Verdict::Healthy && state.ejected_until.is_none_or(|until| now >= until)
     }
 
+    /// Whether the active checks last judged it healthy (an ejection aside): true for an
+    /// endpoint without checks.
+    pub fn checks_passed(&self) -> bool {
+        self.lock().verdict == Verdict::Healthy
+    }
+
     /// `healthy`, `unhealthy` (failing or not yet passed its checks) or `ejected`, for metrics
     /// and logs; judged at the current time.
     pub fn state(&self) -> &'static str {

@@ -27,6 +27,11 @@ pub trait Load {
     fn in_flight(&self) -> usize;
     /// Whether the endpoint may receive a request now (healthy and not ejected).
     fn is_available(&self, now: Instant) -> bool;
+    /// Whether its active checks last passed, ejected or not (for [`fallback`]); true for an
+    /// endpoint without active checks.
+    fn checks_passed(&self) -> bool {
+        true
+    }
 }
 
 /// How to choose among available endpoints.
@@ -108,6 +113,19 @@ impl Picker {
             }
         }
     }
+}
+
+/// When [`Picker::pick`] finds no available endpoint (panic mode): the untried endpoint to try
+/// anyway. Those whose active checks last passed (ejected after failed requests) come first:
+/// they answered a probe lately, where one that never passed a check (nothing listening, as on
+/// `::1` for a `localhost` name served on IPv4 only) can only fail. Least loaded among them.
+pub(crate) fn fallback<L: Load>(endpoints: &[L], exclude: &[usize]) -> Option<usize> {
+    endpoints
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !exclude.contains(i))
+        .min_by_key(|(_, e)| (!e.checks_passed(), e.in_flight()))
+        .map(|(i, _)| i)
 }
 
 /// Power of two choices in one pass: a uniform random pair is kept by reservoir sampling

@@ -22,6 +22,9 @@ impl Load for Fake {
     fn is_available(&self, _now: Instant) -> bool {
         self.up
     }
+    fn checks_passed(&self) -> bool {
+        self.up
+    }
 }
 
 fn up(load: usize) -> Fake {
@@ -162,6 +165,9 @@ impl Load for Checked {
     }
     fn is_available(&self, now: Instant) -> bool {
         self.health.is_available(now)
+    }
+    fn checks_passed(&self) -> bool {
+        self.health.checks_passed()
     }
 }
 
@@ -364,4 +370,31 @@ async fn run_checks_probes_every_interval_and_times_out_slow_probes() {
         .await
         .expect("the checker ends")
         .expect("no panic");
+}
+
+/// The scale bench's storm: `localhost` gave 127.0.0.1 (healthy, then ejected after failed
+/// requests) and ::1 (nothing listening, never passed a check). With nothing available, the
+/// request must go to the ejected one, however busy, not to the idle one that never answered.
+#[tokio::test(start_paused = true)]
+async fn with_nothing_available_an_ejected_endpoint_goes_before_one_never_checked_healthy() {
+    let endpoints: Vec<Checked> = (0..3)
+        .map(|_| Checked {
+            health: Health::new(1, 1),
+            load: AtomicUsize::new(0),
+        })
+        .collect();
+    let now = Instant::now();
+    endpoints[0].health.record_check(true);
+    endpoints[0].health.record_passive_failure(now);
+    endpoints[0].load.store(50, Ordering::Relaxed);
+    endpoints[1].health.record_check(false);
+    let picker = Picker::new(Policy::LeastRequest);
+    assert_eq!(picker.pick(&endpoints, &[], now), None, "nothing available");
+    for _ in 0..10 {
+        assert_eq!(fallback(&endpoints, &[]), Some(0));
+    }
+    // Once it has been tried, the others are still a last resort, least loaded first.
+    endpoints[2].load.store(1, Ordering::Relaxed);
+    assert_eq!(fallback(&endpoints, &[0]), Some(1));
+    assert_eq!(fallback(&endpoints, &[0, 1, 2]), None);
 }

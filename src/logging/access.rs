@@ -31,6 +31,8 @@ pub(crate) struct Line<'a> {
     pub(crate) path: &'a str,
     /// The path was cut: `…` follows it.
     pub(crate) path_cut: bool,
+    /// The request's `User-Agent`, bounded as `proxy::log` says; `-` when it sent none.
+    pub(crate) user_agent: &'a str,
     pub(crate) status: u16,
     pub(crate) bytes: u64,
     pub(crate) duration_ms: f64,
@@ -77,6 +79,7 @@ impl Line<'_> {
             identity = self.identity,
             method = %self.method,
             path = %Path(self.path, self.path_cut),
+            user_agent = self.user_agent,
             status = self.status,
             bytes = self.bytes,
             duration_ms = self.duration_ms,
@@ -112,6 +115,8 @@ impl Line<'_> {
         if self.path_cut {
             out.extend_from_slice("…".as_bytes());
         }
+        out.extend_from_slice(b" user_agent=");
+        debug_str(out, self.user_agent);
         out.extend_from_slice(b" status=");
         integer(out, self.status);
         out.extend_from_slice(b" bytes=");
@@ -150,6 +155,8 @@ impl Line<'_> {
         if self.path_cut {
             out.extend_from_slice("…".as_bytes());
         }
+        out.extend_from_slice(b"\",\"user_agent\":\"");
+        json_str(out, self.user_agent);
         out.extend_from_slice(b"\",\"status\":");
         integer(out, self.status);
         out.extend_from_slice(b",\"bytes\":");

@@ -153,7 +153,9 @@ impl Finder {
                     Answer::Failed(format!("{}: no answer within {timeout:?}", endpoint.name))
                 }
                 Ok(Err(e)) => {
-                    member.health.record_passive_failure(Instant::now());
+                    if e.blames_endpoint() {
+                        member.health.record_passive_failure(Instant::now());
+                    }
                     Answer::Failed(format!("{}: {}", endpoint.name, crate::error::chain(&e)))
                 }
                 Ok(Ok(resp)) => {

@@ -115,6 +115,8 @@ pub(super) struct Record {
     identity: Option<Arc<ClientIdentity>>,
     /// None for a head the HTTP parser refused before it became a request.
     request: Option<(Method, Uri)>,
+    /// The request's `User-Agent` (a reference count on hyper's read buffer, not a copy).
+    user_agent: Option<http::HeaderValue>,
     pub(super) status: u16,
     pub(super) upstream: Option<Arc<str>>,
     pub(super) blame: Option<Blame>,
@@ -139,6 +141,7 @@ impl Record {
             peer: conn.peer,
             identity: conn.identity.clone(),
             request: Some((req.method().clone(), req.uri().clone())),
+            user_agent: req.headers().get(http::header::USER_AGENT).cloned(),
             status: 0,
             upstream: None,
             blame: None,
@@ -161,6 +164,7 @@ impl Record {
             peer: conn.peer,
             identity: conn.identity.clone(),
             request: None,
+            user_agent: None,
             status,
             upstream: None,
             blame: Some(Blame::Client),
@@ -188,6 +192,26 @@ fn bounded_path(uri: Option<&Uri>) -> (&str, bool) {
         end -= 1;
     }
     (&path[..end], true)
+}
+
+/// The `User-Agent` for the log: its first 256 bytes (to a character boundary), `-` when there
+/// is none. Bytes that are not UTF-8 (obs-text) are replaced, which copies; others are borrowed.
+fn bounded_user_agent(ua: Option<&http::HeaderValue>) -> std::borrow::Cow<'_, str> {
+    let Some(ua) = ua else {
+        return "-".into();
+    };
+    let mut text = String::from_utf8_lossy(ua.as_bytes());
+    if text.len() > 256 {
+        let mut end = 256;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        match &mut text {
+            std::borrow::Cow::Borrowed(s) => *s = &s[..end],
+            std::borrow::Cow::Owned(s) => s.truncate(end),
+        }
+    }
+    text
 }
 
 /// Room for an IP address as text on the stack.
@@ -236,6 +260,7 @@ impl OnEnd for Record {
         let mut ip = IpText::default();
         let identity = self.identity.as_deref().map(|i| identity_name(i, &mut ip));
         let (path, path_cut) = bounded_path(self.request.as_ref().map(|(_, u)| u));
+        let user_agent = bounded_user_agent(self.user_agent.as_ref());
         crate::logging::access::Line {
             listener: &self.listener,
             client: self.peer,
@@ -243,6 +268,7 @@ impl OnEnd for Record {
             method: self.request.as_ref().map_or("-", |(m, _)| m.as_str()),
             path,
             path_cut,
+            user_agent: &user_agent,
             status: self.status,
             bytes,
             duration_ms: millis(elapsed),
@@ -276,7 +302,7 @@ fn millis(d: std::time::Duration) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{bounded_path, identity_name, millis, IpText};
+    use super::{bounded_path, bounded_user_agent, identity_name, millis, IpText};
     use crate::tls::ClientIdentity;
     use std::time::Duration;
 
@@ -337,6 +363,17 @@ mod tests {
             let mut ip = IpText::default();
             assert_eq!(identity_name(id, &mut ip), id.display_name(), "{id:?}");
         }
+    }
+
+    #[test]
+    fn user_agents_are_bounded_and_never_refused() {
+        assert_eq!(bounded_user_agent(None), "-");
+        let ipa = http::HeaderValue::from_static("ironic-python-agent/9.13.0");
+        assert_eq!(bounded_user_agent(Some(&ipa)), "ironic-python-agent/9.13.0");
+        let long = http::HeaderValue::from_bytes("é".repeat(200).as_bytes()).unwrap();
+        assert_eq!(bounded_user_agent(Some(&long)).len(), 256);
+        let obs = http::HeaderValue::from_bytes(b"agent \xff/1").unwrap();
+        assert_eq!(bounded_user_agent(Some(&obs)), "agent \u{fffd}/1");
     }
 
     /// The client's half of this test is `logging::tests::the_client_prints_as_before`.

@@ -176,8 +176,14 @@ impl Proxy {
             },
         };
         let mut resp = match forwarded {
-            Ok((resp, endpoint)) => {
+            Ok((mut resp, endpoint)) => {
                 record.upstream = Some(endpoint);
+                // The version is hop-by-hop (RFC 9110 §6.2): an HTTP/1.0 upstream's answer goes
+                // to an HTTP/1.1 client as HTTP/1.1, framed for it by hyper (its length, else
+                // chunked), and the connection stays open; with the upstream's 1.0 hyper would
+                // write `HTTP/1.0` and close. hyper itself answers an HTTP/1.0 client in 1.0,
+                // and HTTP/2 ignores the field.
+                *resp.version_mut() = Version::HTTP_11;
                 resp
             }
             Err(e) => {

@@ -47,6 +47,10 @@ impl Load for Arc<Member> {
     fn is_available(&self, now: Instant) -> bool {
         self.health.is_available(now)
     }
+
+    fn checks_passed(&self) -> bool {
+        self.health.checks_passed()
+    }
 }
 
 /// Where a pick came from, for retry bookkeeping.
@@ -252,13 +256,13 @@ impl Pool {
         }
         // Panic mode (as Envoy's): when no peer passes its checks, health checks are more likely
         // wrong (an overloaded node, slow probes) than every peer dead; try the untried peers
-        // anyway, least loaded first, rather than answer 503 to a cluster that may still work.
+        // anyway rather than answer 503 to a cluster that may still work: first those ejected
+        // after failed requests (they passed their last check), never one that has not passed
+        // a check while such a one is left.
         if peers.iter().any(|p| p.is_available(now)) {
             return None;
         }
-        let i = (0..peers.len())
-            .filter(|i| !exclude.contains(i))
-            .min_by_key(|i| peers[*i].endpoint.in_flight())?;
+        let i = crate::balance::fallback(&peers, &exclude)?;
         tracing::debug!(upstream = %self.name, endpoint = %peers[i].endpoint.name, "no healthy peer: trying one anyway");
         Some((Slot::Peer(i), peers[i].clone()))
     }

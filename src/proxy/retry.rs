@@ -53,7 +53,9 @@ fn classify(
             }
         }
         Ok(Err(e)) => {
-            member.health.record_passive_failure(Instant::now());
+            if e.blames_endpoint() {
+                member.health.record_passive_failure(Instant::now());
+            }
             let before_send = e.is_connect();
             failed(Gateway::Send(e), before_send || replayable_method)
         }

@@ -9,8 +9,11 @@
 //! request in origin form, with `Host` filled in from the endpoint when the client sent none,
 //! and reads the response head; whoever polls the body reads the rest. Connect errors are
 //! reported as such ([`SendError::is_connect`]), which is what makes a retry on another
-//! endpoint safe; a request that a pooled connection refused before it went out (the upstream
-//! had closed it) is sent again on a fresh one.
+//! endpoint safe. A pooled connection that fails before any answer came back (refused the
+//! write, closed or reset: a stale keep-alive the upstream had closed) is the connection's
+//! failure, not the endpoint's ([`SendError::Stale`], which passive health ignores); the request
+//! is sent again on a fresh connection when it had not gone out, or its method is replayable
+//! (GET, HEAD, OPTIONS; as Go's `net/http` transport), and its body is still ours to send.
 
 use super::h1::{self, BodyKind, Decoded, RequestFraming};
 use crate::config::UpstreamAddr;
@@ -218,15 +221,19 @@ impl Connection {
         &mut self,
         max: usize,
         sending: &mut Option<Box<BodyWriter>>,
-    ) -> io::Result<(h1::ResponseHead, bool)> {
+    ) -> Result<(h1::ResponseHead, bool), (io::Error, bool)> {
         // Why the body could not be sent: the better explanation when no answer comes either.
         let mut refused: Option<io::Error> = None;
+        // Whether any byte of an answer came: a failure before one is a stale connection's.
+        let mut answered = false;
         std::future::poll_fn(|cx| loop {
             if let Some(writer) = sending.as_mut() {
                 match writer.poll_send(&mut self.io, cx) {
                     Poll::Ready(Ok(())) => *sending = None,
                     // The client's fault: nothing to wait for.
-                    Poll::Ready(Err(e)) if failed_on_our_side(&e) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Err(e)) if failed_on_our_side(&e) => {
+                        return Poll::Ready(Err((e, true)))
+                    }
                     Poll::Ready(Err(e)) => {
                         refused = Some(e);
                         *sending = None;
@@ -236,7 +243,7 @@ impl Connection {
             }
             // Right after the request the buffer is empty: no parse of nothing.
             if !self.buf.is_empty() {
-                if let Some(head) = h1::parse_head(&mut self.buf)? {
+                if let Some(head) = h1::parse_head(&mut self.buf).map_err(|e| (e, true))? {
                     if head.status.is_informational()
                         && head.status != http::StatusCode::SWITCHING_PROTOCOLS
                     {
@@ -246,9 +253,9 @@ impl Connection {
                 }
             }
             if self.buf.len() >= max {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "response head too large",
+                return Poll::Ready(Err((
+                    io::Error::new(io::ErrorKind::InvalidData, "response head too large"),
+                    true,
                 )));
             }
             let unanswered = match self.poll_fill(cx, READ_SIZE) {
@@ -257,10 +264,13 @@ impl Connection {
                     io::ErrorKind::UnexpectedEof,
                     "the upstream closed the connection before answering",
                 ),
-                Poll::Ready(Ok(_)) => continue,
+                Poll::Ready(Ok(_)) => {
+                    answered = true;
+                    continue;
+                }
                 Poll::Ready(Err(e)) => e,
             };
-            return Poll::Ready(Err(refused.take().unwrap_or(unanswered)));
+            return Poll::Ready(Err((refused.take().unwrap_or(unanswered), answered)));
         })
         .await
     }
@@ -412,6 +422,11 @@ pub enum SendError {
     /// HTTP/1.1 we accept.
     #[error("the upstream connection failed")]
     Exchange(#[source] io::Error),
+    /// A pooled connection failed before any answer (refused the write, closed, reset): the
+    /// upstream had closed it while it was idle. Not sent again on a fresh one because the
+    /// request may have gone out and is not replayable, or its body is gone.
+    #[error("the pooled upstream connection was closed")]
+    Stale(#[source] io::Error),
 }
 
 impl SendError {
@@ -419,6 +434,23 @@ impl SendError {
     pub fn is_connect(&self) -> bool {
         matches!(self, Self::Connect(_))
     }
+
+    /// Whether the failure says something about the endpoint (for passive health): a stale
+    /// pooled connection does not, the endpoint answered on it before.
+    pub fn blames_endpoint(&self) -> bool {
+        !matches!(self, Self::Stale(_))
+    }
+}
+
+/// Whether `e`, before any answer on a pooled connection, is the upstream having closed it.
+fn closed_under_us(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::UnexpectedEof
+    )
 }
 
 /// The idle connections of one endpoint.
@@ -569,12 +601,20 @@ impl Endpoint {
         tokio::task::yield_now().await;
         if let Some(mut conn) = self.idle.take() {
             let again = body.try_clone();
-            match conn.write_request(&parts, body).await {
-                Ok(sending) => return self.answer(conn, &parts.method, sending).await,
-                // Closed under us before the head went out: a fresh connection, when the
-                // body is still ours to send.
-                Err((_, false)) if again.is_some() => body = again.unwrap_or(RequestBody::empty()),
-                Err((e, _)) => return Err(SendError::Exchange(e)),
+            let replayable = crate::proxy::headers::is_replayable(&parts.method);
+            // Closed under us before any answer: `sent` when the request may have gone out.
+            let (e, sent) = match conn.write_request(&parts, body).await {
+                Ok(sending) => match self.answer(conn, &parts.method, sending).await {
+                    Err((e, false)) if closed_under_us(&e) => (e, true),
+                    done => return done.map_err(|(e, _)| SendError::Exchange(e)),
+                },
+                Err((e, false)) => (e, false),
+                Err((e, true)) if closed_under_us(&e) => (e, true),
+                Err((e, true)) => return Err(SendError::Exchange(e)),
+            };
+            match again {
+                Some(b) if !sent || replayable => body = b,
+                _ => return Err(SendError::Stale(e)),
             }
         }
         // Boxed: connecting (TCP, TLS to a peer) is the rare path of a pooled endpoint, and its
@@ -585,21 +625,21 @@ impl Endpoint {
             .write_request(&parts, body)
             .await
             .map_err(|(e, _)| SendError::Exchange(e))?;
-        self.answer(conn, &parts.method, sending).await
+        self.answer(conn, &parts.method, sending)
+            .await
+            .map_err(|(e, _)| SendError::Exchange(e))
     }
 
-    /// Reads the response head; the body is read by whoever polls it.
+    /// Reads the response head; the body is read by whoever polls it. The flag with an error:
+    /// some of an answer had come.
     async fn answer(
         &self,
         mut conn: Box<Connection>,
         method: &http::Method,
         mut sending: Option<Box<BodyWriter>>,
-    ) -> Result<http::Response<UpstreamBody>, SendError> {
-        let (head, whole) = conn
-            .read_head(self.max_head, &mut sending)
-            .await
-            .map_err(SendError::Exchange)?;
-        let framing = h1::response_framing(method, &head).map_err(SendError::Exchange)?;
+    ) -> Result<http::Response<UpstreamBody>, (io::Error, bool)> {
+        let (head, whole) = conn.read_head(self.max_head, &mut sending).await?;
+        let framing = h1::response_framing(method, &head).map_err(|e| (e, true))?;
         let mut body = UpstreamBody::new(conn, &framing, self.idle.clone());
         body.sending = sending;
         body.keep_alive &= whole;
@@ -858,6 +898,85 @@ mod tests {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
+    }
+
+    /// An upstream on a unix socket whose first connection answers one request and then
+    /// closes when the next arrives (a keep-alive it closed while the request was on its way),
+    /// and whose later connections answer every request. Returns the requests' methods.
+    async fn closing_upstream(
+        dir: &tempfile::TempDir,
+    ) -> (Endpoint, tokio::task::JoinHandle<Vec<String>>) {
+        let path = dir.path().join("up.sock");
+        let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+        let server = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for conn in 0.. {
+                let Ok(Ok((mut s, _))) =
+                    tokio::time::timeout(Duration::from_millis(500), listener.accept()).await
+                else {
+                    return seen;
+                };
+                let mut buf = vec![0u8; 4096];
+                for n in 0.. {
+                    let Ok(len) = s.read(&mut buf).await else {
+                        break;
+                    };
+                    if len == 0 {
+                        break;
+                    }
+                    let text = String::from_utf8_lossy(&buf[..len]).into_owned();
+                    seen.push(text.split(' ').next().unwrap_or_default().to_owned());
+                    if conn == 0 && n == 1 {
+                        break; // closes without an answer
+                    }
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if s.write_all(ok).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            seen
+        });
+        let ep = Endpoint::new(UpstreamAddr::Unix(path), None, 8192);
+        (ep, server)
+    }
+
+    async fn send(ep: &Endpoint, method: http::Method) -> Result<u16, SendError> {
+        let mut req = http::Request::new(RequestBody::Full(Some("{}".into())));
+        *req.method_mut() = method;
+        *req.uri_mut() = http::Uri::from_static("/v1/heartbeat");
+        let resp = ep.send(req).await?;
+        let status = resp.status().as_u16();
+        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+        Ok(status)
+    }
+
+    /// The scale bench's storm: requests on keep-alive connections the sidecar had closed
+    /// failed and ejected the only healthy peer. A replayable request is sent again on a fresh
+    /// connection; one that is not fails as `Stale`, which does not blame the endpoint.
+    #[tokio::test]
+    async fn a_pooled_connection_closed_under_a_request_is_not_the_endpoints_failure() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (ep, server) = closing_upstream(&dir).await;
+        assert_eq!(send(&ep, http::Method::GET).await.expect("first"), 200);
+        settle().await;
+        let again = send(&ep, http::Method::GET).await;
+        assert_eq!(again.expect("sent again on a fresh connection"), 200);
+        drop(ep);
+        assert_eq!(server.await.expect("server"), ["GET", "GET", "GET"]);
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (ep, server) = closing_upstream(&dir).await;
+        assert_eq!(send(&ep, http::Method::POST).await.expect("first"), 200);
+        settle().await;
+        let err = send(&ep, http::Method::POST)
+            .await
+            .expect_err("not replayable");
+        assert!(matches!(err, SendError::Stale(_)), "{err:?}");
+        assert!(!err.blames_endpoint());
+        assert!(!err.is_connect());
+        drop(ep);
+        assert_eq!(server.await.expect("server"), ["POST", "POST"]);
     }
 
     #[test]

@@ -159,6 +159,9 @@ fn text_fields(line: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// The `User-Agent` of the GET requests of [`traffic`]; the others send none.
+const UA: &str = "ironic-python-agent/9.13.0 (test; x86_64)";
+
 /// Sends the same traffic in both log-format tests: returns (path, status, body bytes, client
 /// certificate DNS name) for each request.
 fn traffic(sb: &Sandbox, proxy: &Proxy) -> Vec<(String, u16, usize, Option<&'static str>)> {
@@ -166,7 +169,7 @@ fn traffic(sb: &Sandbox, proxy: &Proxy) -> Vec<(String, u16, usize, Option<&'sta
     let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
     let mut c = HttpConn::tls(proxy.addr("api"), cfg).unwrap();
     for path in ["/v1/nodes?detail=1", "/v1/ports?size=1234"] {
-        let r = c.get(path).unwrap();
+        let r = c.request("GET", path, &[("User-Agent", UA)], b"").unwrap();
         seen.push((
             path.split('?').next().unwrap().to_owned(),
             r.status,
@@ -231,6 +234,8 @@ fn access_log_has_one_text_line_per_request_with_every_field() {
             }
         );
         assert_eq!(&f["path"], path, "{line}");
+        let ua = if f["method"] == "GET" { UA } else { "-" };
+        assert_eq!(f["user_agent"], ua, "{line}");
         assert_eq!(f["status"], status.to_string(), "{line}");
         assert_eq!(f["bytes"], bytes.to_string(), "{line}");
         assert!(
@@ -276,6 +281,8 @@ fn access_log_in_json_is_one_object_per_request() {
         assert_eq!(f["identity"], identity.unwrap_or("-"), "{line}");
         assert!(["GET", "POST"].contains(&f["method"].as_str()), "{line}");
         assert_eq!(&f["path"], path);
+        let ua = if f["method"] == "GET" { UA } else { "-" };
+        assert_eq!(f["user_agent"], ua, "{line}");
         assert_eq!(f["status"], status.to_string(), "{line}");
         assert_eq!(f["bytes"], bytes.to_string(), "{line}");
         assert!(f["duration_ms"].parse::<f64>().is_ok(), "{line}");

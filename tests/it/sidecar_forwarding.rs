@@ -745,3 +745,106 @@ fn slow_upstream_gives_504_and_the_proxy_keeps_serving() {
         ]
     );
 }
+
+/// An HTTP/1.0 server (as `python3 -m http.server`) on a unix socket: reads one request per
+/// connection and answers it in HTTP/1.0, without keep-alive; `framed` answers carry a
+/// Content-Length, the others end when the connection closes. Returns the request lines.
+fn http10_upstream(path: &std::path::Path, answers: usize) -> std::thread::JoinHandle<Vec<String>> {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::os::unix::net::UnixListener::bind(path).expect("bind");
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for i in 0..answers {
+            let (s, _) = listener.accept().expect("accept");
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut r = BufReader::new(s);
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            seen.push(line.trim_end().to_owned());
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap() == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let body = format!("answer {i}");
+            let head = if i % 2 == 0 {
+                format!("HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n", body.len())
+            } else {
+                "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n".to_owned()
+            };
+            let mut s = r.into_inner();
+            s.write_all(format!("{head}{body}").as_bytes()).unwrap();
+            // Dropped: the close ends the unframed body.
+        }
+        seen
+    })
+}
+
+/// The real-iPXE e2e finding: behind `python3 -m http.server` curl got `HTTP/1.0 200 OK` and
+/// a new connection per request. The proxy answers in its own version, keeps the client's
+/// connection, and frames an unframed (close-delimited) answer for it.
+#[test]
+fn an_http10_upstream_is_answered_to_http11_clients_in_http11_on_one_connection() {
+    let sb = Sandbox::new();
+    let socket = sb.socket("old");
+    let server = http10_upstream(&socket, 4);
+    let proxy = sb
+        .proxy()
+        .listener("api", Tls::None, &format!("unix:{}", socket.display()))
+        .start();
+    let out = curl(&[
+        "--http1.1",
+        "-i",
+        "-w",
+        CURL_W,
+        &proxy.http_url("api", "/a"),
+        &proxy.http_url("api", "/b"),
+        &proxy.http_url("api", "/c"),
+        &proxy.http_url("api", "/d"),
+    ]);
+    assert!(out.ok(), "{out:?}");
+    let status: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("HTTP/"))
+        .collect();
+    assert_eq!(status, ["HTTP/1.1 200 OK"; 4], "{}", out.stdout);
+    let mut connects = Vec::new();
+    for line in out.stdout.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w.len() == 3 && w[0] == "200" {
+            connects.push(w[1].to_owned());
+            assert_eq!(w[2], "1.1", "{line}");
+        }
+    }
+    assert_eq!(
+        connects,
+        ["1", "0", "0", "0"],
+        "one client connection: {}",
+        out.stdout
+    );
+    for i in 0..4 {
+        assert!(
+            out.stdout.contains(&format!("answer {i}")),
+            "{}",
+            out.stdout
+        );
+    }
+    let lower = out.stdout.to_ascii_lowercase();
+    assert!(
+        lower.contains("transfer-encoding: chunked"),
+        "{}",
+        out.stdout
+    );
+    assert!(!lower.contains("connection: close"), "{}", out.stdout);
+    assert_eq!(
+        server.join().expect("upstream"),
+        [
+            "GET /a HTTP/1.1",
+            "GET /b HTTP/1.1",
+            "GET /c HTTP/1.1",
+            "GET /d HTTP/1.1"
+        ]
+    );
+}
