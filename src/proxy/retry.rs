@@ -162,11 +162,6 @@ pub(super) async fn send(
             Outcome::Relay(mut resp) => {
                 let version = resp.version();
                 headers::rewrite_response(resp.headers_mut(), version);
-                // RFC 9110 §2.5: an intermediary sends its own HTTP version, not the upstream's
-                // (`Via` keeps the received one); hyper's server lowers it for an HTTP/1.0
-                // client. Found by the `request` target's rogue upstream: an HTTP/1.0 answer
-                // reached the client as `HTTP/1.0 200 OK`.
-                *resp.version_mut() = http::Version::HTTP_11;
                 let (p, b) = resp.into_parts();
                 return Ok((
                     Response::from_parts(p, ResponseBody::upstream(b)),
