@@ -181,11 +181,13 @@ import sys, time, requests
 proxy, url, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 s = requests.Session()
 s.proxies = {"http": proxy}
-t = time.monotonic()
+times = []
 for i in range(n):
+    t = time.monotonic()
     r = s.post(url, json={"jsonrpc": "2.0", "method": "validate_driver_interfaces", "params": {}, "id": str(i)}, timeout=30)
+    times.append(time.monotonic() - t)
     print(r.status_code)
-print("ms-per-call", (time.monotonic() - t) / n * 1000)
+print("fastest-keep-alive-ms", min(times[2:]) * 1000)
 "#;
     let with_creds = format!("http://{USER}:{PASSWORD}@{}", rig.egress.listen);
     for url in [target.clone(), format!("http://127.0.0.1:{port}/")] {
@@ -197,15 +199,18 @@ print("ms-per-call", (time.monotonic() - t) / n * 1000)
             "{out:?}"
         );
         // urllib3's proxy connections have no TCP_NODELAY: without the egress's quick ACKs
-        // every keep-alive call after the second waited ~40 ms for a delayed ACK.
+        // every keep-alive call after the second waited for a delayed ACK (Linux: at least
+        // 40 ms, TCP_DELACK_MIN). So even the fastest of 18 such calls took 40 ms; with quick
+        // ACKs most take a few. The fastest one is asserted, not a mean, so that a loaded
+        // machine slowing some calls cannot fail the test.
         let ms: f64 = out
             .stdout
             .lines()
-            .find_map(|l| l.strip_prefix("ms-per-call "))
+            .find_map(|l| l.strip_prefix("fastest-keep-alive-ms "))
             .and_then(|v| v.trim().parse().ok())
             .expect("timing printed");
-        eprintln!("Python requests through egress, keep-alive: {ms:.1} ms per call");
-        assert!(ms < 25.0, "{ms} ms per call: delayed ACKs");
+        eprintln!("Python requests through egress, fastest keep-alive call: {ms:.1} ms");
+        assert!(ms < 40.0, "{ms} ms for the fastest keep-alive call: delayed ACKs");
     }
     let forwarded = 41.0;
     assert_eq!(rig.ironic.requests().len(), 41);
