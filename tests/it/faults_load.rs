@@ -51,6 +51,8 @@ fn report(what: &str, outcomes: &[Outcome]) -> (usize, usize) {
     (n, failed)
 }
 
+/// `at_least` only shows that the load ran while the fault did: it is kept an order of magnitude
+/// under what an idle machine sends, so that a starved test machine cannot fail it by chance.
 fn assert_clean(what: &str, outcomes: &[Outcome], at_least: usize) {
     let (n, failed) = report(what, outcomes);
     assert!(n >= at_least, "{what}: only {n} requests were sent");
@@ -103,8 +105,8 @@ fn certificate_rotation_under_load() {
         "rotation over {run:?}: {renewals} renewals, {} serials on new connections",
         seen.len()
     );
-    assert_clean("GET keep-alive", &keep, 200);
-    assert_clean("GET new connection each", &fresh, 50);
+    assert_clean("GET keep-alive", &keep, 20);
+    assert_clean("GET new connection each", &fresh, 10);
     let (_, post_failed) = report("POST keep-alive", &posts);
     assert_eq!(post_failed, 0, "rotation never fails a POST either");
     assert!(
@@ -185,8 +187,8 @@ fn sighup_reloads_under_load_including_a_broken_certificate() {
         hups + 1,
         seen.len()
     );
-    assert_clean("GET new connection each (server)", &fresh, 50);
-    assert_clean("GET keep-alive (mutual)", &keep, 200);
+    assert_clean("GET new connection each (server)", &fresh, 10);
+    assert_clean("GET keep-alive (mutual)", &keep, 20);
     let (_, post_failed) = report("POST keep-alive (server)", &posts);
     assert_eq!(post_failed, 0, "a reload never fails a POST either");
     assert_eq!(
@@ -338,7 +340,7 @@ fn sigterm_drains_in_flight_requests_then_refuses() {
         "slow requests were in flight at the signal: {in_flight_slow}"
     );
     assert_clean("GET sent before SIGTERM (slow)", &before(&slow), 10);
-    assert_clean("GET sent before SIGTERM (fast, TLS)", &before(&fast), 50);
+    assert_clean("GET sent before SIGTERM (fast, TLS)", &before(&fast), 10);
     assert_clean("POST sent before SIGTERM", &before(&posts), 5);
 }
 
@@ -417,7 +419,7 @@ fn a_restarting_local_ironic_falls_back_to_dns_peers() {
         local.as_ref().map_or(0, |l| l.all().len()),
         proxy.metric("ironic_proxy_upstream_retries_total", &[])
     );
-    assert_clean("GET", &gets, 300);
+    assert_clean("GET", &gets, 30);
     let (_, post_failed) = report("POST", &posts);
     eprintln!(
         "  (a POST already sent to an Ironic that dies is never replayed: {post_failed} failed)"
@@ -452,7 +454,7 @@ fn a_restarting_peer_is_retried_around() {
         proxy.metric("ironic_proxy_upstream_retries_total", &[]),
         peers.iter().map(Backend::hit_count).collect::<Vec<_>>()
     );
-    assert_clean("GET", &gets, 300);
+    assert_clean("GET", &gets, 30);
     let (_, post_failed) = report("POST", &posts);
     eprintln!("  (POSTs in flight on a killed peer are never replayed: {post_failed} failed)");
 }
@@ -499,7 +501,7 @@ fn a_dns_outage_leaves_traffic_on_the_last_known_peers() {
          resolving again after the restart",
         proxy.metric("ironic_proxy_dns_failures_total", &[("upstream", "api")]) - failures_before
     );
-    assert_clean("GET", &gets, 300);
+    assert_clean("GET", &gets, 30);
     let (_, post_failed) = report("POST", &posts);
     assert_eq!(post_failed, 0, "a DNS outage fails no POST either");
     assert_eq!(node::endpoints(&proxy, "healthy"), 2.0);
@@ -593,8 +595,8 @@ fn export_dir_on_a_full_then_read_only_filesystem_keeps_serving() {
         seen.len(),
         still == exported
     );
-    assert_clean("GET keep-alive", &gets, 200);
-    assert_clean("GET new connection each", &fresh, 50);
+    assert_clean("GET keep-alive", &gets, 20);
+    assert_clean("GET new connection each", &fresh, 10);
     let (_, post_failed) = report("POST", &posts);
     assert_eq!(post_failed, 0, "export failures fail no POST either");
     assert!(renewals >= 2.0, "renewals go on: {renewals}");
