@@ -14,8 +14,11 @@ pub struct EgressConfig {
     pub credentials: PathBuf,
     /// Hosts it may dial: names and wildcards as in `allow`, IPs and CIDRs (bare or `ip:`).
     pub targets: Vec<AllowRule>,
-    /// Ports it may dial.
+    /// Ports it may dial, over mutual TLS with the sidecar's identity.
     pub ports: Vec<u16>,
+    /// Ports it relays to in plain HTTP, as the client would have sent without a proxy: the
+    /// image server that shares a peer's IP (ironic-image's httpd). Never in `ports`.
+    pub plain_ports: Vec<u16>,
 }
 
 impl EgressConfig {
@@ -88,8 +91,32 @@ pub(super) fn egress_from_raw(
             msg("needs at least one host, wildcard or CIDR (it is not an open proxy)"),
         );
     }
-    let ports: Vec<u16> = e
-        .ports
+    let ports = port_list(&e.ports, &format!("{path}.ports"), f);
+    if e.ports.is_empty() {
+        f.push(format!("{path}.ports"), msg("needs at least one port"));
+    }
+    let plain_ports = port_list(&e.plain_ports, &format!("{path}.plain_ports"), f);
+    if let Some(p) = plain_ports.iter().find(|p| ports.contains(p)) {
+        f.push(
+            format!("{path}.plain_ports"),
+            msg(format!(
+                "port {p} is also in ports: a port is relayed over mutual TLS or in plain \
+                 HTTP, not both"
+            )),
+        );
+    }
+    Some(EgressConfig {
+        credentials: PathBuf::from(e.credentials),
+        targets,
+        ports,
+        plain_ports,
+    })
+}
+
+/// The ports of the list at `key` (integers, or strings of digits); each bad item is an error
+/// naming `key[i]`.
+fn port_list(values: &[toml::Value], key: &str, f: &mut Fields) -> Vec<u16> {
+    values
         .iter()
         .enumerate()
         .filter_map(|(i, v)| {
@@ -101,7 +128,7 @@ pub(super) fn egress_from_raw(
             let port = port.filter(|p| *p != 0);
             if port.is_none() {
                 f.push(
-                    format!("{path}.ports[{i}]"),
+                    format!("{key}[{i}]"),
                     msg(match v {
                         toml::Value::String(s) => format!("{s:?} is not a port (1 to 65535)"),
                         other => format!("{other:?} is not a port (1 to 65535)"),
@@ -110,15 +137,7 @@ pub(super) fn egress_from_raw(
             }
             port
         })
-        .collect();
-    if e.ports.is_empty() {
-        f.push(format!("{path}.ports"), msg("needs at least one port"));
-    }
-    Some(EgressConfig {
-        credentials: PathBuf::from(e.credentials),
-        targets,
-        ports,
-    })
+        .collect()
 }
 
 #[cfg(test)]
@@ -168,6 +187,34 @@ mod tests {
         let again = Config::parse(&c.render(), &HashMap::<String, String>::new()).expect("again");
         let e2 = again.listeners[0].egress.as_ref().expect("egress");
         assert_eq!((&e2.targets, &e2.ports), (&e.targets, &e.ports));
+        assert!(e.plain_ports.is_empty());
+    }
+
+    #[test]
+    fn plain_ports_parse_render_and_may_not_repeat_a_tls_port() {
+        let text = egress("127.0.0.1:8090", "").replace(
+            "ports = [6189]",
+            "ports = [6189]\nplain_ports = [6180, \"8080,8081\"]",
+        );
+        let c = Config::parse(&text, &HashMap::<String, String>::new()).expect("parses");
+        let e = c.listeners[0].egress.as_ref().expect("egress");
+        assert_eq!(e.plain_ports, [6180, 8080, 8081]);
+        let again = Config::parse(&c.render(), &HashMap::<String, String>::new()).expect("again");
+        let e2 = again.listeners[0].egress.as_ref().expect("egress");
+        assert_eq!(e2.plain_ports, e.plain_ports);
+        let both = egress("127.0.0.1:8090", "").replace(
+            "ports = [6189]",
+            "ports = [6189, 6180]\nplain_ports = [6180]",
+        );
+        let e = err(&both);
+        assert!(
+            e.starts_with("listeners[0].egress.plain_ports: port 6180 is also in ports"),
+            "{e}"
+        );
+        let bad = egress("127.0.0.1:8090", "")
+            .replace("ports = [6189]", "ports = [6189]\nplain_ports = [0]");
+        let e = err(&bad);
+        assert!(e.starts_with("listeners[0].egress.plain_ports[0]"), "{e}");
     }
 
     #[test]

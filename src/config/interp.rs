@@ -6,7 +6,7 @@
 //! environment.
 //!
 //! List-valued keys ([`LIST_KEYS`]: `dns_names`, `ip_addresses`, `allow`, `fallback`, `servers`,
-//! and an egress listener's `targets` and `ports`) take a
+//! and an egress listener's `targets`, `ports` and `plain_ports`) take a
 //! comma-separated value in one item, so one environment variable can carry a whole list (the
 //! downward API's `status.podIPs` is `10.0.0.5,fd00::5`). After expansion such an item becomes
 //! one item per comma-separated piece and empty pieces are dropped, so `"${EXTRA:-}"` adds
@@ -57,6 +57,7 @@ pub(crate) const LIST_KEYS: &[&str] = &[
     "servers",
     "targets",
     "ports",
+    "plain_ports",
 ];
 
 /// Expands every `${...}` in `input`.

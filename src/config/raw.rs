@@ -89,6 +89,9 @@ pub(super) struct RawEgress {
     pub targets: Vec<String>,
     /// Integers, or strings of digits (so a profile can take them from a variable).
     pub ports: Vec<toml::Value>,
+    /// Ports relayed in plain HTTP (the image server on a peer's IP), as `ports`.
+    #[serde(default)]
+    pub plain_ports: Vec<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -119,13 +119,18 @@ impl Config {
                 let _ = writeln!(o, "jsonrpc = true");
             }
             if let Some(e) = &lc.egress {
-                let ports: Vec<String> = e.ports.iter().map(ToString::to_string).collect();
+                let join = |ports: &[u16]| {
+                    let v: Vec<String> = ports.iter().map(ToString::to_string).collect();
+                    v.join(", ")
+                };
                 let _ = writeln!(
                     o,
-                    "[listeners.egress]\ncredentials = {}\ntargets = {}\nports = [{}]",
+                    "[listeners.egress]\ncredentials = {}\ntargets = {}\nports = [{}]\n\
+                     plain_ports = [{}]",
                     q(&e.credentials.display().to_string()),
                     list(&e.targets),
-                    ports.join(", ")
+                    join(&e.ports),
+                    join(&e.plain_ports)
                 );
                 continue;
             }

@@ -166,11 +166,11 @@ impl Proxy {
             None => self.forward(req, conn, None, &mut record.rpc_method).await,
             Some(e) => match e.admit(&mut req, conn).await {
                 Err(refused) => Err(refused),
-                Ok(pool) => {
+                Ok(admitted) => {
                     let r = self
-                        .forward(req, conn, Some(pool), &mut record.rpc_method)
+                        .forward(req, conn, Some(admitted.pool), &mut record.rpc_method)
                         .await;
-                    e.count_result(&r);
+                    e.count_result(&r, admitted.plain);
                     r
                 }
             },

@@ -6,7 +6,9 @@
 //! does with `HTTP_PROXY`). Every refusal is checked for its status and for nothing forwarded:
 //! neither the callee's Ironic nor a listener on the refused host or port ever sees a byte.
 
+use crate::support::files::FileServer;
 use crate::support::node::{self, Node};
+use crate::support::ports::KeptListener;
 use crate::support::{curl, python, HttpConn, Upstream};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::Path;
@@ -317,6 +319,112 @@ print("fastest-keep-alive-ms", min(times[2:]) * 1000)
         );
     }
     drop(rig.dir);
+}
+
+/// `plain_ports` (the image server that shares a peer's IP): curl through the egress, as
+/// Python's requests does when `no_proxy` cannot exclude one port of an IP, reaches a plain
+/// HTTP file server as a plain request, without `Proxy-Authorization`; the same port on a host
+/// outside `targets` is 403 and never dialled; credentials are still required.
+#[test]
+fn egress_relays_plain_ports_in_plain_http_to_targets_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let ca = node::ca_init(&d.join("ca"), &[]);
+    let httpd = FileServer::start(
+        KeptListener::bind((LOCALHOST, crate::support::free_port()).into()).expect("bind"),
+    );
+    let image = b"deploy ramdisk bytes\n".repeat(1000);
+    httpd.put(
+        "/images/ipa.initramfs",
+        &image,
+        std::time::SystemTime::now(),
+    );
+    let other_host = Catcher::on([127, 0, 0, 2]);
+    let cred = d.join("egress.credentials");
+    std::fs::write(&cred, format!("{USER}:{PASSWORD}\n")).expect("credentials");
+    // `ports` names a port nothing listens on: only the plain ports are used here.
+    let base = egress_config(&ca, &cred, 1, "1h", "20m");
+    let plain = [httpd.addr.port(), other_host.port()];
+    let egress = Node::start(d, "egress", LOCALHOST, move |admin, listen| {
+        format!(
+            "{}plain_ports = [{}, {}]\n",
+            base(admin, listen),
+            plain[0],
+            plain[1]
+        )
+    });
+    let proxy = format!("http://{}", egress.listen);
+    let get = |target: &str, auth: &[&str]| {
+        let mut args = vec!["-x", &proxy, "-w", "\n%{http_code}"];
+        args.extend_from_slice(auth);
+        args.push(target);
+        let out = curl(&args);
+        let text = out.stdout;
+        let (body, status) = text.rsplit_once('\n').expect("status line");
+        (
+            status.trim().parse::<u16>().expect("status"),
+            body.to_owned(),
+        )
+    };
+    let url = format!(
+        "http://127.0.0.1:{}/images/ipa.initramfs",
+        httpd.addr.port()
+    );
+    let (status, body) = get(&url, &["--proxy-user", &creds()]);
+    assert_eq!(status, 200, "{body:.200}");
+    assert_eq!(body.as_bytes(), &image[..]);
+    let hits = httpd.hits();
+    assert_eq!(
+        hits.len(),
+        1,
+        "one plain HTTP request parsed by the file server"
+    );
+    let hit = &hits[0];
+    assert_eq!(hit.header("proxy-authorization"), None, "{:?}", hit.headers);
+    assert_eq!(
+        hit.header("host"),
+        Some(format!("127.0.0.1:{}", httpd.addr.port()).as_str())
+    );
+    assert_eq!(
+        egress.metric(
+            "ironic_proxy_egress_requests_total",
+            &[("listener", EGRESS), ("outcome", "plain")],
+        ),
+        1.0
+    );
+
+    // No credentials: 407, nothing relayed.
+    let (status, _) = get(&url, &[]);
+    assert_eq!(status, 407);
+    // A plain port on a host outside targets: 403, never dialled.
+    let off = format!(
+        "http://127.0.0.2:{}/images/ipa.initramfs",
+        other_host.port()
+    );
+    let (status, body) = get(&off, &["--proxy-user", &creds()]);
+    assert_eq!(status, 403, "{body}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        other_host.accepted(),
+        0,
+        "the refused host was never dialled"
+    );
+    assert_eq!(
+        httpd.hits().len(),
+        1,
+        "the refused requests reached no server"
+    );
+    for (outcome, n) in [
+        ("target_refused", 1.0),
+        ("no_credentials", 1.0),
+        ("plain", 1.0),
+    ] {
+        let got = egress.metric(
+            "ironic_proxy_egress_requests_total",
+            &[("listener", EGRESS), ("outcome", outcome)],
+        );
+        assert_eq!(got, n, "{outcome}\n{}", egress.metrics());
+    }
 }
 
 /// Standard base64 without a crate: what a client puts in `Proxy-Authorization`.

@@ -7,7 +7,13 @@
 //! certificate the identity module rotates, through the same reloadable client configuration
 //! as the load balancer's peers), verifying that the peer's certificate covers `<peer>`.
 //!
-//! It is not an open proxy, and nothing leaves it in plain text. Refused, never forwarded, in
+//! One exception, by configuration: a port in `plain_ports` (the image server, ironic-image's
+//! httpd, that shares a peer's IP; Python's `no_proxy` cannot exclude one port of an IPv4
+//! host) is relayed in plain HTTP to the host it names, as the client would have sent it
+//! without a proxy: no TLS, never the sidecar's identity, credentials still required, the
+//! same `targets`, `Proxy-Authorization` and hop-by-hop fields removed. Counted as `plain`.
+//!
+//! It is not an open proxy, and nothing else leaves it in plain text. Refused, never forwarded, in
 //! this order: a client that is not on loopback (403: the listener only binds loopback, this is
 //! defence in depth), `CONNECT` (405), a target that is not `http://host:port/…` (400),
 //! missing or wrong credentials (407 with `Proxy-Authenticate`), a host outside `targets` or a
@@ -47,6 +53,8 @@ const MAX_DESTINATIONS: usize = 1024;
 pub(crate) enum Outcome {
     /// Sent to the peer; its answer was relayed, whatever its status.
     Forwarded,
+    /// Relayed in plain HTTP to a port in `plain_ports`; its answer relayed.
+    Plain,
     /// Sent, but the peer failed (connect, TLS, reset, timeout): 502 or 504.
     PeerFailed,
     NotLoopback,
@@ -62,8 +70,9 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 12] = [
         Self::Forwarded,
+        Self::Plain,
         Self::PeerFailed,
         Self::NotLoopback,
         Self::Connect,
@@ -79,6 +88,7 @@ impl Outcome {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Forwarded => "forwarded",
+            Self::Plain => "plain",
             Self::PeerFailed => "peer_failed",
             Self::NotLoopback => "not_loopback",
             Self::Connect => "connect_refused",
@@ -98,6 +108,13 @@ impl Outcome {
 pub enum EgressError {
     #[error(transparent)]
     Credentials(#[from] CredentialsError),
+}
+
+/// A request let through: the pool of its destination, and how it is relayed.
+pub(crate) struct Admitted {
+    pub(crate) pool: Arc<Pool>,
+    /// True for a port in `plain_ports`: plain HTTP, no TLS.
+    pub(crate) plain: bool,
 }
 
 /// One egress listener's gate and its pools towards peers.
@@ -161,9 +178,9 @@ impl Egress {
         &self,
         req: &mut Request<B>,
         conn: &ConnInfo,
-    ) -> Result<Arc<Pool>, ProxyError> {
+    ) -> Result<Admitted, ProxyError> {
         match self.decide(req, conn).await {
-            Ok(pool) => Ok(pool),
+            Ok(admitted) => Ok(admitted),
             Err((outcome, e)) => {
                 self.count(outcome);
                 tracing::info!(listener = %self.listener, outcome = outcome.label(),
@@ -177,7 +194,7 @@ impl Egress {
         &self,
         req: &mut Request<B>,
         conn: &ConnInfo,
-    ) -> Result<Arc<Pool>, (Outcome, ProxyError)> {
+    ) -> Result<Admitted, (Outcome, ProxyError)> {
         if !conn.peer.is_some_and(|p| p.ip().is_loopback()) {
             return Err((
                 Outcome::NotLoopback,
@@ -235,16 +252,26 @@ impl Egress {
                 ProxyError::EgressRefused("the host is not one of this listener's targets"),
             ));
         }
+        if self.cfg.plain_ports.contains(&port) {
+            return Ok(Admitted {
+                pool: self.pool(host, port, false).ok_or((
+                    Outcome::TargetRefused,
+                    ProxyError::EgressRefused("the host cannot be a TLS server name"),
+                ))?,
+                plain: true,
+            });
+        }
         if !self.cfg.ports.contains(&port) {
             return Err((
                 Outcome::PortRefused,
                 ProxyError::EgressRefused("the port is not one of this listener's ports"),
             ));
         }
-        self.pool(host, port).ok_or((
+        let pool = self.pool(host, port, true).ok_or((
             Outcome::TargetRefused,
             ProxyError::EgressRefused("the host cannot be a TLS server name"),
-        ))
+        ))?;
+        Ok(Admitted { pool, plain: false })
     }
 
     fn challenge(&self, close: bool) -> ProxyError {
@@ -254,8 +281,10 @@ impl Egress {
         }
     }
 
-    /// The pool of `host:port`, made on first use: one TLS endpoint verifying `host`.
-    fn pool(&self, host: String, port: u16) -> Option<Arc<Pool>> {
+    /// The pool of `host:port`, made on first use: one TLS endpoint verifying `host`, or with
+    /// `tls` false one plain TCP endpoint (a port is in `ports` or `plain_ports`, never both,
+    /// so `(host, port)` alone keys it).
+    fn pool(&self, host: String, port: u16, tls: bool) -> Option<Arc<Pool>> {
         let mut pools = self
             .pools
             .lock()
@@ -264,7 +293,12 @@ impl Egress {
         if let Some(p) = pools.get(&key) {
             return Some(p.clone());
         }
-        let name = rustls_pki_types::ServerName::try_from(key.0.clone()).ok()?;
+        let local_tls = if tls {
+            let name = rustls_pki_types::ServerName::try_from(key.0.clone()).ok()?;
+            Some(PeerTls::new(self.client.clone(), name))
+        } else {
+            None
+        };
         if pools.len() >= MAX_DESTINATIONS {
             pools.clear();
         }
@@ -275,7 +309,7 @@ impl Egress {
         let pool = Pool::new(PoolOptions {
             name: format!("{}/{addr}", self.listener),
             local: Some(addr),
-            local_tls: Some(PeerTls::new(self.client.clone(), name)),
+            local_tls,
             dns: None,
             peer_tls: None,
             balance: crate::balance::Policy::default(),
@@ -290,8 +324,9 @@ impl Egress {
     }
 
     /// Counts a request that was admitted, by how its forwarding ended.
-    pub(crate) fn count_result<T>(&self, result: &Result<T, ProxyError>) {
+    pub(crate) fn count_result<T>(&self, result: &Result<T, ProxyError>, plain: bool) {
         self.count(match result {
+            Ok(_) if plain => Outcome::Plain,
             Ok(_) => Outcome::Forwarded,
             Err(e) if e.blame() == super::Blame::Client => Outcome::BadRequest,
             Err(_) => Outcome::PeerFailed,

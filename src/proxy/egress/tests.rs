@@ -15,7 +15,8 @@ fn config(credentials: &std::path::Path) -> EgressConfig {
     let text = format!(
         "[identity]\ncert = \"/c\"\nkey = \"/k\"\ntrust = \"/t\"\n[[listeners]]\n\
          listen = \"127.0.0.1:8090\"\n[listeners.egress]\ncredentials = \"{}\"\n\
-         targets = [\"*.ironic.test\", \"10.0.10.0/24\"]\nports = [6189]\n",
+         targets = [\"*.ironic.test\", \"10.0.10.0/24\"]\nports = [6189]\n\
+         plain_ports = [6180]\n",
         credentials.display()
     );
     let c = Config::parse(&text, &HashMap::<String, String>::new()).expect("config");
@@ -53,7 +54,7 @@ fn request(method: &str, target: &str, auth: Option<&str>) -> http::Request<()> 
     b.body(()).expect("request")
 }
 
-fn status(r: &Result<Arc<crate::proxy::pool::Pool>, ProxyError>) -> u16 {
+fn status(r: &Result<super::Admitted, ProxyError>) -> u16 {
     r.as_ref().err().map_or(200, |e| e.status().as_u16())
 }
 
@@ -175,16 +176,41 @@ async fn refusals_come_in_order_and_are_counted_and_a_good_request_gets_its_peer
         assert_eq!(e.counters[outcome as usize].get(), before + 1, "{target}");
     }
     let mut req = request("POST", good, Some("ironic:pw"));
-    let pool = e.admit(&mut req, &local).await.expect("admitted");
+    let pool = e.admit(&mut req, &local).await.expect("admitted").pool;
     assert!(req.headers().get("proxy-authorization").is_none());
     assert_eq!(pool.name, "egress/a.ironic.test:6189");
     // The same destination (any case, a trailing dot) shares its pool and its connections.
     let mut req = request("POST", "http://A.Ironic.Test.:6189/", Some("ironic:pw"));
-    let again = e.admit(&mut req, &local).await.expect("admitted");
+    let again = e.admit(&mut req, &local).await.expect("admitted").pool;
     assert!(Arc::ptr_eq(&pool, &again));
     let mut req = request("POST", "http://10.0.10.7:6189/", Some("ironic:pw"));
     let ip = e.admit(&mut req, &local).await.expect("admitted");
-    assert_eq!(ip.name, "egress/10.0.10.7:6189");
+    assert_eq!(ip.pool.name, "egress/10.0.10.7:6189");
+    assert!(!ip.plain);
+    // A plain port: the same gate, then a plain pool; off targets it is refused first.
+    let mut req = request(
+        "GET",
+        "http://10.0.10.7:6180/images/x.qcow2",
+        Some("ironic:pw"),
+    );
+    let plain = e.admit(&mut req, &local).await.expect("admitted");
+    assert!(plain.plain);
+    assert!(req.headers().get("proxy-authorization").is_none());
+    assert_eq!(plain.pool.name, "egress/10.0.10.7:6180");
+    for (target, auth, want, outcome) in [
+        (
+            "http://10.0.11.1:6180/",
+            Some("ironic:pw"),
+            403,
+            Outcome::TargetRefused,
+        ),
+        ("http://10.0.10.7:6180/", None, 407, Outcome::NoCredentials),
+    ] {
+        let before = e.counters[outcome as usize].get();
+        let mut req = request("GET", target, auth);
+        assert_eq!(status(&e.admit(&mut req, &local).await), want, "{target}");
+        assert_eq!(e.counters[outcome as usize].get(), before + 1, "{target}");
+    }
 }
 
 #[tokio::test]
