@@ -116,11 +116,18 @@ impl Rig {
     }
 
     /// Sends `raw` on a new connection (write errors ignored: the proxy may close early) and
-    /// collects everything until the proxy closes or `quiet` passes without a byte.
+    /// collects everything until the proxy closes or `quiet` passes without a byte. When nothing
+    /// at all came within `quiet` and the connection is open, it waits up to 2 s more for a
+    /// first byte: on a starved machine an answer can take longer than `quiet` (seen in CI: a
+    /// case served upstream in 1 ms whose answer the client never waited for). Only a case
+    /// that leaves the connection open and silent pays for that wait.
     pub(crate) fn exchange(&self, t: Target, raw: &[u8], quiet: Duration) -> Seen {
         self.with_conn(t, |c| {
             let _ = c.send_raw(raw);
-            let (bytes, closed) = c.drain_for(quiet);
+            let (mut bytes, mut closed) = c.drain_for(quiet);
+            if bytes.is_empty() && !closed {
+                (bytes, closed) = c.drain_for(Duration::from_secs(2));
+            }
             Seen {
                 statuses: statuses(&bytes),
                 bytes,
