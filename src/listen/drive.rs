@@ -24,7 +24,7 @@
 use super::conn::ConnClock;
 use super::guard::Guard;
 use super::io::Activity;
-use super::Service;
+use super::service::Service;
 use bytes::Bytes;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioIo;

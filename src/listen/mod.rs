@@ -11,20 +11,19 @@ mod conn;
 mod drive;
 mod guard;
 mod io;
+mod serve;
+mod service;
 mod sniff;
+
+pub use serve::serve_stream;
 
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
 use crate::proxy::{ConnInfo, Proxy};
 use crate::tls::{Identities, ReloadableServer};
 use conn::ConnClock;
-use drive::{Drive, Parking};
-use hyper::server::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use io::{Activity, Http1, RefusedHead};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,19 +34,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
-
-/// The proxy's answer to a refused head on one connection: the one place the connection's
-/// byte stream reaches the proxy.
-struct ProxyAnswers {
-    proxy: Arc<Proxy>,
-    info: Arc<ConnInfo>,
-}
-
-impl RefusedHead for ProxyAnswers {
-    fn answer(&self, status: http::StatusCode, date_line: Option<&[u8]>) -> Vec<u8> {
-        self.proxy.refused_head(&self.info, status, date_line)
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
@@ -309,14 +295,6 @@ impl Listener {
         Some(Self::serve(self.site(), stream, h2, info, clock, shutdown))
     }
 
-    fn site(&self) -> Site<'_> {
-        Site {
-            proxy: self.proxy.clone(),
-            limits: &self.limits,
-            parked: self.parked.clone(),
-        }
-    }
-
     fn handshake_failed(&self, peer: Option<SocketAddr>, reason: &'static str, detail: &str) {
         tracing::info!(listener = %self.name, client = %peer.map_or_else(|| "unix".to_owned(), |p| p.to_string()), reason, detail, "TLS handshake failed");
         self.metrics
@@ -326,66 +304,6 @@ impl Listener {
                 reason,
             })
             .inc();
-    }
-
-    /// Serves a connection to its end. An associated function so that [`serve_stream`] can use
-    /// it without a bound socket. Not an `async fn`: it returns the connection's future boxed,
-    /// built without keeping a second copy of the stream or the hyper connection (an async fn
-    /// keeps its arguments for its whole life), so an idle connection's task holds a pointer.
-    fn serve<S>(
-        site: Site<'_>,
-        io: S,
-        h2: bool,
-        info: ConnInfo,
-        clock: Arc<ConnClock>,
-        shutdown: watch::Receiver<bool>,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send>>
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let Site {
-            proxy,
-            limits,
-            parked,
-        } = site;
-        // HTTP/1.1 only: HTTP/2 frames its messages itself.
-        let framing = (!h2).then(|| guard::Guard::new(limits.header_bytes));
-        let info = Arc::new(info);
-        let http1 = (!h2).then(|| {
-            Http1::new(Box::new(ProxyAnswers {
-                proxy: proxy.clone(),
-                info: info.clone(),
-            }))
-        });
-        let svc = Service {
-            proxy,
-            info,
-            clock: clock.clone(),
-            framing: framing.clone(),
-        };
-        let io = TokioIo::new(Activity::new(io, clock.clone(), framing.clone(), http1));
-        if h2 {
-            let conn = http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .max_header_list_size(u32::try_from(limits.header_bytes).unwrap_or(u32::MAX))
-                .max_concurrent_streams(256)
-                .serve_connection(io, svc);
-            Box::pin(Drive::new(conn, clock, shutdown))
-        } else {
-            // max_buf_size alone is not a limit on the head: a head that arrives in one large
-            // read is parsed whole. max_header_size is exact (431 above it).
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(None)
-                .max_buf_size(limits.header_bytes.max(8192))
-                .max_header_size(limits.header_bytes)
-                // No max_headers: hyper's default is the guard's MAX_HEADERS, parsed on the
-                // stack (see there).
-                .keep_alive(true);
-            let conn = Parking::new(builder, io, svc, framing, parked);
-            Box::pin(Drive::new(conn, clock, shutdown))
-        }
     }
 }
 
@@ -402,104 +320,6 @@ async fn accept(bound: &Bound) -> std::io::Result<(Stream, Option<SocketAddr>)> 
         }
     }
 }
-
-/// Serves one already-accepted, already-decrypted connection to its end with exactly the
-/// settings, timeouts and service of a listener's connections: HTTP/1.1, or HTTP/2 with prior
-/// knowledge when `h2`. The request head deadline counts from this call. For in-memory tests
-/// and fuzzing (`fuzz/`), where the stream is a `tokio::io::duplex` pipe; the connection is
-/// never drained, it ends when the peer closes or a timeout of `limits` fires.
-pub async fn serve_stream<S>(io: S, h2: bool, proxy: Arc<Proxy>, info: ConnInfo, limits: &Limits)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let clock = ConnClock::new(
-        Instant::now(),
-        limits.request_head_timeout,
-        limits.idle_timeout,
-    );
-    // Kept alive until the connection ends: a dropped sender would read as a drain.
-    let (_never, shutdown) = watch::channel(false);
-    let site = Site {
-        proxy,
-        limits,
-        // Parked connections are counted per listener; this one belongs to none.
-        parked: Gauge::default(),
-    };
-    Listener::serve(site, io, h2, info, clock, shutdown).await;
-}
-
-/// What serving a connection takes from its listener.
-struct Site<'a> {
-    proxy: Arc<Proxy>,
-    limits: &'a Limits,
-    /// The listener's parked HTTP/1.1 connections (see `drive`).
-    parked: Gauge,
-}
-
-/// A connection's service: every request goes to the listener's [`Proxy`], and stays counted
-/// in flight on the connection's clock until its response body ends.
-struct Service {
-    proxy: Arc<Proxy>,
-    info: Arc<ConnInfo>,
-    clock: Arc<ConnClock>,
-    /// HTTP/1.1: the second reader of the connection's bytes (see `guard`).
-    framing: Option<Arc<guard::Guard>>,
-}
-
-impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
-    type Response = http::Response<crate::proxy::response::ResponseBody>;
-    type Error = Infallible;
-    // Boxed: hyper keeps a slot for the service's future in every connection, idle or not;
-    // boxing makes that slot a pointer instead of the whole forwarding state machine (about
-    // 2-3 KiB less per idle connection, for one allocation per request).
-    type Future = ServiceFuture;
-
-    fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> ServiceFuture {
-        crate::trim::note_request();
-        if let Some(g) = &self.framing {
-            if let Err(why) = g.take(req.method()) {
-                req.extensions_mut()
-                    .insert(crate::proxy::FramingRefused(why));
-            }
-        }
-        let proxy = self.proxy.clone();
-        let info = self.info.clone();
-        let mut guard = self.clock.begin();
-        // HTTP/1.1: what ends keep-alive for hyper ends parking too (see `drive`).
-        let h1 = self.framing.is_some();
-        if h1 && (req.version() != http::Version::HTTP_11 || wants_close(req.headers())) {
-            self.clock.note_closing();
-        }
-        Box::pin(async move {
-            let mut resp = proxy.handle(req, &info).await;
-            // Only the proxy's own error responses carry `Connection: close` (an upstream's is
-            // hop-by-hop and removed).
-            if h1 && !resp.status().is_success() && wants_close(resp.headers()) {
-                guard.note_closing();
-            }
-            guard.responding();
-            resp.body_mut().attach(guard);
-            Ok(resp)
-        })
-    }
-}
-
-/// Whether `headers` have a `Connection` field with the `close` option (RFC 9112 §9.6).
-fn wants_close(headers: &http::HeaderMap) -> bool {
-    headers.get_all(http::header::CONNECTION).iter().any(|v| {
-        v.as_bytes()
-            .split(|b| *b == b',')
-            .any(|o| o.trim_ascii().eq_ignore_ascii_case(b"close"))
-    })
-}
-
-type ServiceFuture = Pin<
-    Box<
-        dyn Future<
-                Output = Result<http::Response<crate::proxy::response::ResponseBody>, Infallible>,
-            > + Send,
-    >,
->;
 
 enum Stream {
     Tcp(tokio::net::TcpStream),

@@ -5,7 +5,8 @@
 use super::PARK_AFTER;
 use crate::config::{Limits, UpstreamAddr};
 use crate::listen::conn::ConnClock;
-use crate::listen::{Listener, Site};
+use crate::listen::serve::Site;
+use crate::listen::Listener;
 use crate::metrics::Metrics;
 use crate::proxy::pool::{Pool, PoolOptions};
 use crate::proxy::{ConnInfo, Proxy};

@@ -1,0 +1,138 @@
+//! Serving one accepted (and, with TLS, decrypted) connection to its end: hyper's HTTP/1.1 or
+//! HTTP/2 server over the connection's byte stream ([`Activity`]), with the framing guard on
+//! HTTP/1.1, and the service that hands every request to the listener's [`Proxy`]. Used by the
+//! accept loops in `mod.rs` and, without a bound socket, by [`serve_stream`].
+
+use super::conn::ConnClock;
+use super::drive::{Drive, Parking};
+use super::guard;
+use super::io::{Activity, Http1, RefusedHead};
+use super::service::Service;
+use super::Listener;
+use crate::config::Limits;
+use crate::proxy::{ConnInfo, Proxy};
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use prometheus_client::metrics::gauge::Gauge;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The proxy's answer to a refused head on one connection: the one place the connection's
+/// byte stream reaches the proxy.
+struct ProxyAnswers {
+    proxy: Arc<Proxy>,
+    info: Arc<ConnInfo>,
+}
+
+impl RefusedHead for ProxyAnswers {
+    fn answer(&self, status: http::StatusCode, date_line: Option<&[u8]>) -> Vec<u8> {
+        self.proxy.refused_head(&self.info, status, date_line)
+    }
+}
+
+impl Listener {
+    pub(super) fn site(&self) -> Site<'_> {
+        Site {
+            proxy: self.proxy.clone(),
+            limits: &self.limits,
+            parked: self.parked.clone(),
+        }
+    }
+
+    /// Serves a connection to its end. An associated function so that [`serve_stream`] can use
+    /// it without a bound socket. Not an `async fn`: it returns the connection's future boxed,
+    /// built without keeping a second copy of the stream or the hyper connection (an async fn
+    /// keeps its arguments for its whole life), so an idle connection's task holds a pointer.
+    pub(super) fn serve<S>(
+        site: Site<'_>,
+        io: S,
+        h2: bool,
+        info: ConnInfo,
+        clock: Arc<ConnClock>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Site {
+            proxy,
+            limits,
+            parked,
+        } = site;
+        // HTTP/1.1 only: HTTP/2 frames its messages itself.
+        let framing = (!h2).then(|| guard::Guard::new(limits.header_bytes));
+        let info = Arc::new(info);
+        let http1 = (!h2).then(|| {
+            Http1::new(Box::new(ProxyAnswers {
+                proxy: proxy.clone(),
+                info: info.clone(),
+            }))
+        });
+        let svc = Service {
+            proxy,
+            info,
+            clock: clock.clone(),
+            framing: framing.clone(),
+        };
+        let io = TokioIo::new(Activity::new(io, clock.clone(), framing.clone(), http1));
+        if h2 {
+            let conn = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .max_header_list_size(u32::try_from(limits.header_bytes).unwrap_or(u32::MAX))
+                .max_concurrent_streams(256)
+                .serve_connection(io, svc);
+            Box::pin(Drive::new(conn, clock, shutdown))
+        } else {
+            // max_buf_size alone is not a limit on the head: a head that arrives in one large
+            // read is parsed whole. max_header_size is exact (431 above it).
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(None)
+                .max_buf_size(limits.header_bytes.max(8192))
+                .max_header_size(limits.header_bytes)
+                // No max_headers: hyper's default is the guard's MAX_HEADERS, parsed on the
+                // stack (see there).
+                .keep_alive(true);
+            let conn = Parking::new(builder, io, svc, framing, parked);
+            Box::pin(Drive::new(conn, clock, shutdown))
+        }
+    }
+}
+
+/// Serves one already-accepted, already-decrypted connection to its end with exactly the
+/// settings, timeouts and service of a listener's connections: HTTP/1.1, or HTTP/2 with prior
+/// knowledge when `h2`. The request head deadline counts from this call. For in-memory tests
+/// and fuzzing (`fuzz/`), where the stream is a `tokio::io::duplex` pipe; the connection is
+/// never drained, it ends when the peer closes or a timeout of `limits` fires.
+pub async fn serve_stream<S>(io: S, h2: bool, proxy: Arc<Proxy>, info: ConnInfo, limits: &Limits)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let clock = ConnClock::new(
+        Instant::now(),
+        limits.request_head_timeout,
+        limits.idle_timeout,
+    );
+    // Kept alive until the connection ends: a dropped sender would read as a drain.
+    let (_never, shutdown) = watch::channel(false);
+    let site = Site {
+        proxy,
+        limits,
+        // Parked connections are counted per listener; this one belongs to none.
+        parked: Gauge::default(),
+    };
+    Listener::serve(site, io, h2, info, clock, shutdown).await;
+}
+
+/// What serving a connection takes from its listener.
+pub(super) struct Site<'a> {
+    pub(super) proxy: Arc<Proxy>,
+    pub(super) limits: &'a Limits,
+    /// The listener's parked HTTP/1.1 connections (see `drive`).
+    pub(super) parked: Gauge,
+}

@@ -1,0 +1,107 @@
+//! Connecting to one upstream address: a unix socket, TCP, or TLS to a peer over TCP, each
+//! bounded by [`CONNECT_TIMEOUT`], and the transport ([`Conn`]) a connection then runs over.
+
+use crate::config::UpstreamAddr;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+/// How long a TCP connect may take before the endpoint counts as refused.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Connects to one upstream address.
+#[derive(Clone)]
+pub(super) struct Connector {
+    addr: Arc<UpstreamAddr>,
+    tls: Option<crate::tls::peer::PeerTls>,
+}
+
+impl Connector {
+    pub(super) fn new(addr: UpstreamAddr, tls: Option<crate::tls::peer::PeerTls>) -> Self {
+        Self {
+            addr: Arc::new(addr),
+            tls,
+        }
+    }
+}
+
+/// A connection's transport.
+pub(super) enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Unix(io) => Pin::new(io).poll_read(cx, buf),
+            Self::Tcp(io) => Pin::new(io).poll_read(cx, buf),
+            Self::Tls(io) => Pin::new(io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Unix(io) => Pin::new(io).poll_write(cx, buf),
+            Self::Tcp(io) => Pin::new(io).poll_write(cx, buf),
+            Self::Tls(io) => Pin::new(io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Unix(io) => Pin::new(io).poll_flush(cx),
+            Self::Tcp(io) => Pin::new(io).poll_flush(cx),
+            Self::Tls(io) => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Unix(io) => Pin::new(io).poll_shutdown(cx),
+            Self::Tcp(io) => Pin::new(io).poll_shutdown(cx),
+            Self::Tls(io) => Pin::new(io).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Connector {
+    pub(super) async fn connect(&self) -> io::Result<Conn> {
+        match &*self.addr {
+            UpstreamAddr::Unix(path) => Ok(Conn::Unix(UnixStream::connect(path).await?)),
+            UpstreamAddr::Tcp { host, port } => {
+                let s = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    TcpStream::connect((host.as_str(), *port)),
+                )
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+                let _ = s.set_nodelay(true);
+                let Some(tls) = &self.tls else {
+                    return Ok(Conn::Tcp(s));
+                };
+                let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(s))
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                    })??;
+                Ok(Conn::Tls(Box::new(stream)))
+            }
+        }
+    }
+}
