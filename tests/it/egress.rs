@@ -212,7 +212,10 @@ print("fastest-keep-alive-ms", min(times[2:]) * 1000)
             .and_then(|v| v.trim().parse().ok())
             .expect("timing printed");
         eprintln!("Python requests through egress, fastest keep-alive call: {ms:.1} ms");
-        assert!(ms < 40.0, "{ms} ms for the fastest keep-alive call: delayed ACKs");
+        assert!(
+            ms < 40.0,
+            "{ms} ms for the fastest keep-alive call: delayed ACKs"
+        );
     }
     let forwarded = 41.0;
     assert_eq!(rig.ironic.requests().len(), 41);
