@@ -259,6 +259,10 @@ def plain_probe(ip, port):
 
 class E2E:
     def __init__(self, args, summary):
+        # Scenarios built on this class with parsers of their own (auth_e2e, networking_e2e)
+        # have no --egress option: they run in export mode.
+        if not hasattr(args, "egress"):
+            args.egress = False
         self.args = args
         self.s = summary
         self.bin = os.path.abspath(args.proxy_bin)

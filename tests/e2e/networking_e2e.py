@@ -109,7 +109,6 @@ class Summary(base.Summary):
 
 class NetworkingE2E(base.E2E):
     def __init__(self, args, summary):
-        args.egress = False  # ironic_e2e.E2E reads it; this test never uses egress
         super().__init__(args, summary)
         self.net_dir = os.path.join(self.root, "networking")
         os.makedirs(os.path.join(self.net_dir, "drivers"))
