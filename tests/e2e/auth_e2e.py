@@ -30,11 +30,9 @@ Run it as `E2E_TEST=auth_e2e scripts/e2e --rpc-auth noauth` (and `http_basic`), 
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import traceback
 import uuid
 
 import bcrypt
@@ -301,22 +299,7 @@ def main():
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--rpc-auth", choices=["noauth", "http_basic"], default="noauth")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda s, _f: (_ for _ in ()).throw(SystemExit(128 + s)))
-    summary = Summary()
-    e2e = None
-    try:
-        e2e = AuthE2E(args, summary)
-        e2e.run()
-    except h.Failure as e:
-        summary.error = str(e)
-    except BaseException as e:  # noqa: BLE001 - always clean up and print the summary
-        summary.error = f"{type(e).__name__}: {e}"
-        traceback.print_exc()
-    finally:
-        if e2e is not None:
-            e2e.cleanup(failed=not summary.passed)
-        summary.print()
-    sys.exit(0 if summary.passed else 1)
+    base.run_scenario(AuthE2E, args, Summary())
 
 
 if __name__ == "__main__":

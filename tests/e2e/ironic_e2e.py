@@ -1066,25 +1066,17 @@ class E2E:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--proxy-bin", required=True, help="the ironic-proxy binary")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    parser.add_argument(
-        "--egress",
-        action="store_true",
-        help="Ironic's JSON-RPC client without TLS, through each sidecar's egress listener",
-    )
-    args = parser.parse_args()
+def run_scenario(scenario, args, summary):
+    """Runs one scenario class (E2E or a subclass) with SIGTERM as an exit, always cleans up and
+    prints the summary, and exits 0 when every check passed, 1 otherwise."""
 
     def terminate(signum, _frame):
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
-    summary = Summary()
     e2e = None
     try:
-        e2e = E2E(args, summary)
+        e2e = scenario(args, summary)
         e2e.run()
     except h.Failure as e:
         summary.error = str(e)
@@ -1096,6 +1088,20 @@ def main():
             e2e.cleanup(failed=not summary.passed)
         summary.print()
     sys.exit(0 if summary.passed else 1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--proxy-bin", required=True, help="the ironic-proxy binary")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--egress",
+        action="store_true",
+        help="Ironic's JSON-RPC client without TLS, through each sidecar's egress listener",
+    )
+    args = parser.parse_args()
+
+    run_scenario(E2E, args, Summary())
 
 
 if __name__ == "__main__":

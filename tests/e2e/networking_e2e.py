@@ -49,11 +49,9 @@ import collections
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
-import traceback
 
 import requests
 
@@ -383,22 +381,7 @@ def main():
     parser.add_argument("--proxy-bin", required=True)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda s, _f: (_ for _ in ()).throw(SystemExit(128 + s)))
-    summary = Summary()
-    e2e = None
-    try:
-        e2e = NetworkingE2E(args, summary)
-        e2e.run()
-    except h.Failure as e:
-        summary.error = str(e)
-    except BaseException as e:  # noqa: BLE001 - always clean up and print the summary
-        summary.error = f"{type(e).__name__}: {e}"
-        traceback.print_exc()
-    finally:
-        if e2e is not None:
-            e2e.cleanup(failed=not summary.passed)
-        summary.print()
-    sys.exit(0 if summary.passed else 1)
+    base.run_scenario(NetworkingE2E, args, Summary())
 
 
 if __name__ == "__main__":
