@@ -55,7 +55,7 @@ def htpasswd(path, user, password, prefix=b"$2y$"):
         f.write(f"{user}:{(prefix + hashed[4:]).decode()}\n")
 
 
-class Summary(base.Summary):
+class Summary(base.TitledSummary):
     TITLES = {
         1: "baremetal CLI with credentials runs the flow through LB and sidecars",
         2: "no or wrong credentials: 401 with the Basic challenge",
@@ -63,32 +63,8 @@ class Summary(base.Summary):
         4: "JSON-RPC between conductors in the chosen mode",
     }
 
-    @property
-    def passed(self):
-        return (
-            self.error is None
-            and len(self.checks) == len(self.TITLES)
-            and all(ok for _, ok, _ in self.checks.values())
-        )
-
-    def print(self):
-        out = ["", "==== ironic-proxy Basic auth end-to-end summary (real distributed Ironic) ===="]
-        out.append(f"result: {'PASS' if self.passed else 'FAIL'}")
-        if self.error:
-            out.append(f"error: {self.error}")
-        for name, s in self.timings:
-            out.append(f"  {name:<48} {s:7.1f} s")
-        for name, text in self.figures:
-            out.append(f"  {name}: {text}")
-        passed = failed = 0
-        for n, title in self.TITLES.items():
-            title, ok, detail = self.checks.get(n, (title, False, "not reached"))
-            passed += ok
-            failed += not ok
-            out.append(f"  [{'PASS' if ok else 'FAIL'}] {n}. {title}")
-            out.append(f"         {detail}")
-        out.append(f"e2e-auth: {passed} passed, {failed} failed")
-        print("\n".join(out), flush=True)
+    HEADING = "ironic-proxy Basic auth end-to-end summary (real distributed Ironic)"
+    LABEL = "e2e-auth"
 
 
 class AuthE2E(base.E2E):

@@ -1066,6 +1066,46 @@ class E2E:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+class TitledSummary(Summary):
+    """The summary of a scenario with a fixed list of numbered checks (TITLES), a HEADING and a
+    LABEL for its closing "LABEL: N passed, N failed" line; EXTRA lines follow the result."""
+
+    TITLES = {}
+    HEADING = ""
+    LABEL = ""
+
+    def extra(self):
+        return []
+
+    @property
+    def passed(self):
+        return (
+            self.error is None
+            and len(self.checks) == len(self.TITLES)
+            and all(ok for _, ok, _ in self.checks.values())
+        )
+
+    def print(self):
+        out = ["", f"==== {self.HEADING} ===="]
+        out.append(f"result: {'PASS' if self.passed else 'FAIL'}")
+        out.extend(self.extra())
+        if self.error:
+            out.append(f"error: {self.error}")
+        for name, s in self.timings:
+            out.append(f"  {name:<48} {s:7.1f} s")
+        for name, text in self.figures:
+            out.append(f"  {name}: {text}")
+        passed = failed = 0
+        for n, title in self.TITLES.items():
+            title, ok, detail = self.checks.get(n, (title, False, "not reached"))
+            passed += ok
+            failed += not ok
+            out.append(f"  [{'PASS' if ok else 'FAIL'}] {n}. {title}")
+            out.append(f"         {detail}")
+        out.append(f"{self.LABEL}: {passed} passed, {failed} failed")
+        print("\n".join(out), flush=True)
+
+
 def run_scenario(scenario, args, summary):
     """Runs one scenario class (E2E or a subclass) with SIGTERM as an exit, always cleans up and
     prints the summary, and exits 0 when every check passed, 1 otherwise."""

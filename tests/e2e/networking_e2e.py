@@ -69,40 +69,18 @@ SWITCHPORT = {"mode": "access", "native_vlan": 100}
 SERVED = re.compile(r"ironic\.common\.json_rpc\.server \[[^]]*\] RPC (\w+) with ")
 
 
-class Summary(base.Summary):
+class Summary(base.TitledSummary):
     TITLES = {
         1: "ironic-networking behind the sidecar's networking-json-rpc listener",
         2: "conductors call the networking service through mTLS (update_port, reset_port)",
         3: "no or foreign client certificate: refused at the handshake, nothing reaches it",
     }
 
-    @property
-    def passed(self):
-        return (
-            self.error is None
-            and len(self.checks) == len(self.TITLES)
-            and all(ok for _, ok, _ in self.checks.values())
-        )
+    HEADING = "ironic-proxy networking service end-to-end summary (real Ironic)"
+    LABEL = "e2e-networking"
 
-    def print(self):
-        out = ["", "==== ironic-proxy networking service end-to-end summary (real Ironic) ===="]
-        out.append(f"result: {'PASS' if self.passed else 'FAIL'}")
-        out.append(f"  {base.ironic_version()}")
-        if self.error:
-            out.append(f"error: {self.error}")
-        for name, s in self.timings:
-            out.append(f"  {name:<48} {s:7.1f} s")
-        for name, text in self.figures:
-            out.append(f"  {name}: {text}")
-        passed = failed = 0
-        for n, title in self.TITLES.items():
-            title, ok, detail = self.checks.get(n, (title, False, "not reached"))
-            passed += ok
-            failed += not ok
-            out.append(f"  [{'PASS' if ok else 'FAIL'}] {n}. {title}")
-            out.append(f"         {detail}")
-        out.append(f"e2e-networking: {passed} passed, {failed} failed")
-        print("\n".join(out), flush=True)
+    def extra(self):
+        return [f"  {base.ironic_version()}"]
 
 
 class NetworkingE2E(base.E2E):
