@@ -23,11 +23,14 @@ fn cbo(protocol: &str, tls12: &[&str], tls13: &[&str], curves: &[&str]) -> HashM
     e
 }
 
+// The expected lists hold ciphers and groups a FIPS build does not offer.
+#[cfg(not(feature = "fips"))]
 const TLS13: &[&str] = &[
     "TLS_AES_128_GCM_SHA256",
     "TLS_AES_256_GCM_SHA384",
     "TLS_CHACHA20_POLY1305_SHA256",
 ];
+#[cfg(not(feature = "fips"))]
 const INTERMEDIATE12: &[&str] = &[
     "ECDHE-ECDSA-AES128-GCM-SHA256",
     "ECDHE-RSA-AES128-GCM-SHA256",
@@ -36,6 +39,7 @@ const INTERMEDIATE12: &[&str] = &[
     "ECDHE-ECDSA-CHACHA20-POLY1305",
     "ECDHE-RSA-CHACHA20-POLY1305",
 ];
+#[cfg(not(feature = "fips"))]
 const OLD12_MORE: &[&str] = &[
     "ECDHE-ECDSA-AES128-SHA256",
     "ECDHE-RSA-AES128-SHA256",
@@ -53,8 +57,10 @@ const OLD12_MORE: &[&str] = &[
     "AES256-SHA",
     "DES-CBC3-SHA",
 ];
+#[cfg(not(feature = "fips"))]
 const DEFAULT_GROUPS: &[&str] = &["X25519MLKEM768", "X25519", "secp256r1", "secp384r1"];
 
+#[cfg(not(feature = "fips"))]
 fn group_names(c: &Config) -> Vec<String> {
     c.tls
         .groups
