@@ -95,8 +95,12 @@ class Procs:
 
     def __init__(self):
         self.started = []  # (name, Popen)
+        self.containers = {}  # attached `podman run` (Popen) -> its container's name
 
-    def start(self, name, argv, log_path, env=None):
+    def start(self, name, argv, log_path, env=None, container=None):
+        """Starts argv with its output appended to log_path. `container`: argv is an attached
+        `podman run --name <container>` (tests/e2e/container.py), stopped through its client
+        and removed by that name once the client is gone."""
         log = open(log_path, "ab")  # noqa: SIM115 - owned by the child from here on
         log.write(f"==== {time.strftime('%H:%M:%S')} start {' '.join(argv)}\n".encode())
         log.flush()
@@ -110,6 +114,8 @@ class Procs:
         )
         log.close()
         self.started.append((name, p))
+        if container:
+            self.containers[p] = container
         return p
 
     @staticmethod
@@ -135,7 +141,23 @@ class Procs:
             except ProcessLookupError:
                 pass
         self.wait_gone(p, start + timeout)
+        self.remove_container(p)
         return time.monotonic() - start
+
+    def remove_container(self, p):
+        """The container of an attached `podman run` whose client is gone: removed (`--rm`
+        did it already after a clean exit), and checked gone, so a stop is a stop."""
+        name = self.containers.get(p)
+        if name is None:
+            return
+        subprocess.run(
+            ["podman", "rm", "--force", "--ignore", "--time", "0", name],
+            capture_output=True,
+            timeout=60,
+        )
+        left = subprocess.run(["podman", "container", "exists", name], capture_output=True)
+        if left.returncode == 0:
+            raise Failure(f"container {name} still exists after `podman rm --force`")
 
     def wait_gone(self, p, deadline):
         while time.monotonic() < deadline:
@@ -150,13 +172,20 @@ class Procs:
         p.wait(timeout=10)
 
     def kill(self, p):
-        """SIGKILL to the whole group: the process dies as if its machine had."""
+        """SIGKILL to the whole group: the process dies as if its machine had. A container's
+        process gets it through podman first (the client does not forward SIGKILL)."""
+        if p in self.containers:
+            subprocess.run(
+                ["podman", "kill", "--signal", "KILL", self.containers[p]],
+                capture_output=True,
+                timeout=60,
+            )
         return self.stop(p, sig=signal.SIGKILL, timeout=10, group=True)
 
     def cleanup(self, first=(), last=()):
         """Stops everything still running in three waves: `first` (the load balancer), the
         others all at once, then `last` (the database Ironic needs to stop cleanly). SIGKILL
-        for whatever outlives 20 s."""
+        for whatever outlives 20 s; then every container started is removed, by its name."""
         alive = [p for _, p in reversed(self.started) if p.poll() is None or self.group_alive(p)]
         middle = [p for p in alive if p not in first and p not in last]
         for wave in ([p for p in alive if p in first], middle, [p for p in alive if p in last]):
@@ -171,6 +200,11 @@ class Procs:
                     self.wait_gone(p, deadline)
                 except Exception as e:  # noqa: BLE001 - keep cleaning up the others
                     print(f"e2e: could not stop pid {p.pid}: {e}")
+        for _, p in self.started:
+            try:
+                self.remove_container(p)
+            except Exception as e:  # noqa: BLE001 - keep cleaning up the others
+                print(f"e2e: could not remove container {self.containers[p]}: {e}")
 
 
 # --- MariaDB -------------------------------------------------------------------------------
@@ -443,11 +477,15 @@ debug = False
 
 [api]
 unix_socket = {inst.api_sock}
+# 0660: a sidecar of the ironic user's group can connect (the one from the image, 997:994, in
+# a setgid directory of group 994; tests/e2e/container.py), as in ironic-image's pod.
+unix_socket_mode = 0660
 public_endpoint = https://{inst.ip}:{API_PORT}
 
 [json_rpc]
 auth_strategy = noauth
 unix_socket = {inst.rpc_sock}
+unix_socket_mode = 0660
 port = {RPC_PORT}
 client_use_ssl = True
 cafile = {inst.tls_dir}/ca.crt

@@ -35,6 +35,7 @@ import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import container  # noqa: E402
 import egress_checks  # noqa: E402
 import operate_checks  # noqa: E402
 
@@ -66,6 +67,7 @@ class Summary:
         self.checks = {}  # number -> (title, ok, detail)
         self.error = None
         self.expected = 6  # 7 with --egress (tests/e2e/egress_checks.py)
+        self.image = None  # which sidecar ran from the container image, and how fast it started
 
     def timing(self, name, seconds):
         self.timings.append((name, seconds))
@@ -92,6 +94,8 @@ class Summary:
         out.append(f"result: {'PASS' if self.passed else 'FAIL'}")
         out.append(f"ironic: {ironic_version()}; sidecar {h.IPS[0]} from `run --profile sidecar` "
                    "(environment only), the others from config files")
+        if self.image:
+            out.append(f"image: {self.image}")
         if self.error:
             out.append(f"error: {self.error}")
         out.append("timings:")
@@ -291,6 +295,13 @@ class E2E:
         self.egress_password = None
         self.flow_windows = []  # (t0, t1) of the node flows, for rotation counting
         self.wall = {}  # phase -> (wall-clock start, end), to match log timestamps
+        # E2E_SIDECAR_IMAGE: the first instance's sidecar runs from this image (container.py).
+        self.image = container.image_from_env()
+        self.image_desc = None  # "<image> (id ..., size)", once setup found it
+        self.image_mounts = None
+        self.containers_started = 0
+        self.ready_seconds = collections.defaultdict(list)  # ip -> start-to-ready of each start
+        self.image_exits = []  # exit status of `podman run` (the container's) after SIGTERM
 
     # --- plumbing --------------------------------------------------------------------------
 
@@ -305,13 +316,28 @@ class E2E:
             return ["--config", inst.sidecar_conf], {**base, "RUST_LOG": "info"}
         return ["--profile", "sidecar"], {**base, **inst.profile_env, "RUST_LOG": "info"}
 
-    def start_sidecar(self, inst):
+    def from_image(self, inst):
+        """Whether inst's sidecar runs from the container image: with E2E_SIDECAR_IMAGE, the
+        first instance's, the one with the environment-only profile the kit's pods use."""
+        return self.image is not None and inst is self.instances[0]
+
+    def sidecar_command(self, inst, *command):
+        """(argv, env, container name or None) of `ironic-proxy <command>` for inst's sidecar:
+        the host binary, or `podman run` of the image with a container name of its own."""
         args, env = self.sidecar_args(inst)
+        if not self.from_image(inst):
+            return [self.bin, *command, *args], env, None
+        self.containers_started += 1
+        name = f"ironic-e2e-{os.getpid()}-{inst.ip.rsplit('.', 1)[1]}-{self.containers_started}"
+        inside = {**inst.profile_env, "RUST_LOG": "info"}
+        argv = container.argv(self.image, name, inside, self.image_mounts, [*command, *args])
+        return argv, dict(os.environ), name
+
+    def start_sidecar(self, inst):
+        argv, env, name = self.sidecar_command(inst, "--log-format", "json", "run")
+        t0 = time.monotonic()
         inst.sidecar = self.procs.start(
-            f"sidecar {inst.ip}",
-            [self.bin, "--log-format", "json", "run", *args],
-            inst.sidecar_log,
-            env=env,
+            f"sidecar {inst.ip}", argv, inst.sidecar_log, env=env, container=name
         )
 
         def up():
@@ -326,7 +352,25 @@ class E2E:
             )
             return files and requests.get(inst.admin_url + "/healthz", timeout=2).ok
 
-        h.wait_for(f"sidecar {inst.ip} to export its certificate", up, 30)
+        h.wait_for(f"sidecar {inst.ip} to export its certificate", up, 30, interval=0.05)
+        self.ready_seconds[inst.ip].append(time.monotonic() - t0)
+        if self.image is not None:
+            self.s.image = self.image_line()
+
+    def image_line(self):
+        """The summary's line on the sidecar from the image and its start-to-ready times."""
+        first = self.instances[0]
+        own = ", ".join(f"{t:.2f} s" for t in self.ready_seconds[first.ip])
+        host = sorted(t for i in self.instances[1:] for t in self.ready_seconds[i.ip])
+        median = f"{host[len(host) // 2]:.2f} s" if host else "none yet"
+        return (
+            f"sidecar {first.ip} ran from the image {self.image_desc} (podman, runc, "
+            f"--network host --read-only --user {container.UID}:{container.GID}), the others "
+            f"from the host binary; start to ready (`podman run` to its certificate exported "
+            f"and /healthz 200): {own} ({len(self.ready_seconds[first.ip])} starts); the "
+            f"host-binary sidecars' median {median} ({len(host)} starts); exit status after "
+            f"SIGTERM in the rolling restart {self.image_exits or 'not reached'}"
+        )
 
     def start_ironic(self, inst):
         egress = h.egress_env(inst, self.egress_password) if self.args.egress else {}
@@ -434,6 +478,8 @@ class E2E:
 
     def setup(self):
         with Phase(self.s, "setup (PKI, MariaDB, dnsmasq, 3 instances, LB)"):
+            if self.image is not None:  # fails now, never skips, when the image is missing
+                self.image_desc = container.describe(self.image)
             busy = [
                 f"{host}:{port}"
                 for host, port in [(ip, p) for ip in h.IPS for p in (h.RPC_PORT, h.API_PORT)]
@@ -480,6 +526,9 @@ class E2E:
                     f.write(f"{h.EGRESS_USER}:{self.egress_password}\n")
                 self.instances[0].profile_env.update(h.egress_profile_env(self.instances[0], cred))
                 self.s.expected = egress_checks.CHECK
+            if self.image is not None:
+                first = self.instances[0]
+                self.image_mounts = container.prepare(first, self.ca_dir, first.profile_env)
             for inst in self.instances:
                 with open(inst.sidecar_conf, "w") as f:
                     f.write(h.sidecar_config(inst, self.ca_dir, h.IPS))
@@ -488,8 +537,9 @@ class E2E:
                 with open(inst.conf, "w") as f:
                     conf = h.ironic_conf(inst, self.db.url)
                     f.write(h.egress_ironic_conf(conf) if self.args.egress else conf)
-                args, env = self.sidecar_args(inst)
-                h.run([self.bin, "check", *args], f"check sidecar {inst.ip} ({args[0]})", env=env)
+                argv, env, name = self.sidecar_command(inst, "check")
+                how = f"{self.sidecar_args(inst)[0][0]}{', image' if name else ''}"
+                h.run(argv, f"check sidecar {inst.ip} ({how})", env=env)
             self.lb_admin = f"http://127.0.0.1:{h.free_port()}"
             lb_conf = os.path.join(self.root, "lb.toml")
             with open(lb_conf, "w") as f:
@@ -818,6 +868,8 @@ class E2E:
                 stopped = self.procs.stop(inst.ironic, timeout=60)
                 self.save_sidecar_counters(inst)
                 drained = self.procs.stop(inst.sidecar, timeout=60)
+                if self.from_image(inst):
+                    self.image_exits.append(inst.sidecar.returncode)
                 time.sleep(2)  # the pod stays down a while, as in a real restart
                 self.start_sidecar(inst)
                 self.start_ironic(inst)
@@ -1089,6 +1141,8 @@ class TitledSummary(Summary):
         out = ["", f"==== {self.HEADING} ===="]
         out.append(f"result: {'PASS' if self.passed else 'FAIL'}")
         out.extend(self.extra())
+        if self.image:
+            out.append(f"image: {self.image}")
         if self.error:
             out.append(f"error: {self.error}")
         for name, s in self.timings:
