@@ -132,7 +132,7 @@ impl PoolContext<'_> {
             balance: u.balance,
             health: u.health.clone(),
             retries: u.retries,
-            max_response_head: self.config.limits.header_bytes,
+            limits: crate::proxy::upstream::EndpointLimits::from_config(&self.config.limits),
             metrics: self.metrics.clone(),
         }))
     }
@@ -378,7 +378,7 @@ fn egress(
         e,
         client,
         every,
-        ctx.config.limits.header_bytes,
+        crate::proxy::upstream::EndpointLimits::from_config(&ctx.config.limits),
         ctx.metrics,
     )?)
 }

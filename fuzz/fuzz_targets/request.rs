@@ -108,6 +108,7 @@ fn limits() -> Limits {
         drain_timeout: Duration::from_secs(1),
         // The server's idle trim is not part of a request's path (and runs no server here).
         idle_trim: Duration::ZERO,
+        upstream_connections: 128,
     }
 }
 

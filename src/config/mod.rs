@@ -101,6 +101,9 @@ pub struct Limits {
     pub drain_timeout: Duration,
     /// After this long without a request, memory that serving took is given back (`0s`: never).
     pub idle_trim: Duration,
+    /// Connections open at once to one upstream endpoint, idle or busy; requests beyond wait
+    /// for one (0: no bound).
+    pub upstream_connections: usize,
 }
 
 impl Default for Limits {
@@ -115,6 +118,7 @@ impl Default for Limits {
             max_body_bytes: 104_857_600,
             drain_timeout: Duration::from_secs(30),
             idle_trim: Duration::from_secs(5),
+            upstream_connections: 128,
         }
     }
 }
@@ -245,6 +249,9 @@ impl Config {
                 d.drain_timeout,
             ),
             idle_trim: f.dur("limits.idle_trim", l.idle_trim.as_ref(), d.idle_trim),
+            upstream_connections: l
+                .upstream_connections
+                .map_or(d.upstream_connections, |v| v as usize),
         });
         if limits.max_connections == 0 {
             f.push("limits.max_connections", msg("must be at least 1"));

@@ -60,6 +60,7 @@ pub(super) struct RawLimits {
     pub max_body_bytes: Option<u64>,
     pub drain_timeout: Option<String>,
     pub idle_trim: Option<String>,
+    pub upstream_connections: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

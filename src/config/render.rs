@@ -88,7 +88,8 @@ impl Config {
             o,
             "[limits]\nmax_connections = {}\nheader_bytes = {}\nrequest_head_timeout = {}\n\
              body_timeout = {}\nidle_timeout = {}\nupstream_timeout = {}\nmax_body_bytes = {}\n\
-             drain_timeout = {}\nidle_trim = {}  # 0s: never\n",
+             drain_timeout = {}\nidle_trim = {}  # 0s: never\n\
+             upstream_connections = {}  # per endpoint; 0: no bound\n",
             l.max_connections,
             l.header_bytes,
             d(l.request_head_timeout),
@@ -97,7 +98,8 @@ impl Config {
             d(l.upstream_timeout),
             l.max_body_bytes,
             d(l.drain_timeout),
-            d(l.idle_trim)
+            d(l.idle_trim),
+            l.upstream_connections
         );
         let _ = writeln!(o, "{}", self.tls.render());
         for lc in &self.listeners {

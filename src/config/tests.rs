@@ -29,6 +29,7 @@ refresh = "5s"
 [limits]
 max_connections = 100
 request_head_timeout = "2s"
+upstream_connections = 16
 
 [[listeners]]
 name     = "json-rpc"
@@ -69,6 +70,7 @@ fn parses_the_design_example() {
     }
     assert_eq!(c.limits.max_connections, 100);
     assert_eq!(c.limits.request_head_timeout, Duration::from_secs(2));
+    assert_eq!(c.limits.upstream_connections, 16);
     assert_eq!(
         c.limits.body_timeout,
         Duration::from_secs(60),

@@ -9,7 +9,7 @@
 //! - Loop safety: a request that already came through an ironic-proxy (`Via`) only goes to
 //!   `local`, never to a peer again.
 
-use super::upstream::Endpoint;
+use super::upstream::{Endpoint, EndpointLimits};
 use crate::balance::{run_checks, Health, HealthOptions, Load, Picker};
 use crate::config::UpstreamAddr;
 use crate::discovery::{self, EndpointSet};
@@ -82,7 +82,7 @@ pub struct PoolOptions {
     pub balance: crate::balance::Policy,
     pub health: HealthOptions,
     pub retries: u32,
-    pub max_response_head: usize,
+    pub limits: EndpointLimits,
     pub metrics: Metrics,
 }
 
@@ -104,7 +104,7 @@ impl PoolOptions {
             balance: crate::balance::Policy::LeastRequest,
             health: HealthOptions::default(),
             retries: 2,
-            max_response_head,
+            limits: EndpointLimits::with_head(max_response_head),
             metrics,
         }
     }
@@ -171,7 +171,7 @@ impl Pool {
         };
         let local_tls = opts.local_tls;
         let local = opts.local.map(|addr| {
-            let endpoint = Arc::new(Endpoint::new(addr, local_tls, opts.max_response_head));
+            let endpoint = Arc::new(Endpoint::new(addr, local_tls, opts.limits));
             if has_dns {
                 // With peers to fall back to, local is health-checked like them, but starts
                 // available so the first requests need not wait for a check.
@@ -218,7 +218,7 @@ impl Pool {
                 rx,
                 opts.peer_tls,
                 opts.health,
-                opts.max_response_head,
+                opts.limits,
                 checker_metrics,
             ));
         }
@@ -344,7 +344,7 @@ async fn follow(
     mut rx: watch::Receiver<EndpointSet>,
     tls: Option<Arc<crate::tls::ReloadableClient>>,
     health: HealthOptions,
-    max_head: usize,
+    limits: EndpointLimits,
     metrics: CheckerMetrics,
 ) {
     loop {
@@ -371,7 +371,7 @@ async fn follow(
                 host: d.addr.ip().to_string(),
                 port: d.addr.port(),
             };
-            let endpoint = Arc::new(Endpoint::new(addr, peer_tls, max_head));
+            let endpoint = Arc::new(Endpoint::new(addr, peer_tls, limits));
             let h = Arc::new(Health::new(health.healthy_after, health.unhealthy_after));
             let checker = Some(spawn_checker(&endpoint, &h, &health, &metrics));
             next.push(Arc::new(Member {

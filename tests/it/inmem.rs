@@ -38,6 +38,7 @@ fn limits() -> Limits {
         max_body_bytes: 1024 * 1024,
         drain_timeout: Duration::from_secs(1),
         idle_trim: Duration::ZERO,
+        upstream_connections: 128,
     }
 }
 

@@ -28,6 +28,7 @@ pub(crate) mod credentials;
 pub(crate) mod quickack;
 
 use super::pool::{Pool, PoolOptions};
+use super::upstream::EndpointLimits;
 use super::{ConnInfo, ProxyError};
 use crate::auth::Outcome as AuthOutcome;
 use crate::balance::HealthOptions;
@@ -126,7 +127,7 @@ pub struct Egress {
     client: Arc<ReloadableClient>,
     pools: Mutex<HashMap<(String, u16), Arc<Pool>>>,
     counters: Vec<Counter>,
-    max_response_head: usize,
+    limits: EndpointLimits,
     metrics: Metrics,
 }
 
@@ -139,7 +140,7 @@ impl Egress {
         cfg: &EgressConfig,
         client: Arc<ReloadableClient>,
         every: Duration,
-        max_response_head: usize,
+        limits: EndpointLimits,
         metrics: &Metrics,
     ) -> Result<Arc<Self>, EgressError> {
         let credentials = Credentials::start(listener, index, &cfg.credentials, every, metrics)?;
@@ -163,7 +164,7 @@ impl Egress {
             client,
             pools: Mutex::new(HashMap::new()),
             counters,
-            max_response_head,
+            limits,
             metrics: metrics.clone(),
         });
         Ok(egress)
@@ -316,7 +317,7 @@ impl Egress {
             health: HealthOptions::default(),
             // One endpoint: nothing to retry on.
             retries: 0,
-            max_response_head: self.max_response_head,
+            limits: self.limits,
             metrics: self.metrics.clone(),
         });
         pools.insert(key, pool.clone());

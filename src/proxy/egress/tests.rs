@@ -4,6 +4,7 @@
 use super::{Egress, Outcome};
 use crate::config::{Config, EgressConfig};
 use crate::metrics::Metrics;
+use crate::proxy::upstream::EndpointLimits;
 use crate::proxy::{ConnInfo, ProxyError};
 use crate::tls::Reloadable;
 use base64::Engine as _;
@@ -38,7 +39,7 @@ fn egress(dir: &std::path::Path) -> (Arc<Egress>, Metrics) {
         &config(&cred),
         Reloadable::fixed(Arc::new(client)),
         Duration::from_secs(60),
-        65536,
+        EndpointLimits::with_head(65536),
         &metrics,
     )
     .expect("start");
@@ -231,7 +232,7 @@ async fn an_htpasswd_file_is_verified_with_bcrypt_through_the_auth_cache() {
         &config(&cred),
         Reloadable::fixed(Arc::new(client)),
         Duration::from_secs(60),
-        65536,
+        EndpointLimits::with_head(65536),
         &metrics,
     )
     .expect("start");

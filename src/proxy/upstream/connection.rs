@@ -4,6 +4,7 @@
 
 use super::connect::Conn;
 use super::h1::{self, RequestFraming};
+use super::slots::Slot;
 use crate::proxy::body::{BoxError, RequestBody};
 use bytes::BytesMut;
 use http_body::Body;
@@ -28,15 +29,19 @@ pub(super) struct Connection {
     pub(super) buf: BytesMut,
     /// The request head being written; its capacity is kept for the next request.
     out: Vec<u8>,
+    /// Its place under the endpoint's bound, freed when the connection closes (`None`: a
+    /// health check's connection, which never waits for a place).
+    _slot: Option<Slot>,
 }
 
 impl Connection {
     /// Boxed: it moves with its request and its response body, and stays where it is.
-    pub(super) fn new(io: Conn) -> Box<Self> {
+    pub(super) fn new(io: Conn, slot: Option<Slot>) -> Box<Self> {
         Box::new(Self {
             io,
             buf: BytesMut::new(),
             out: Vec::new(),
+            _slot: slot,
         })
     }
 

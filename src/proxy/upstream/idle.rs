@@ -2,10 +2,11 @@
 //! closed ones skipped, and those idle for [`IDLE_TIMEOUT`] or past [`MAX_IDLE`] dropped.
 
 use super::connection::{Connection, READ_SIZE};
+use super::slots::Slots;
 use super::IDLE_TIMEOUT;
 use bytes::BytesMut;
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 /// Idle connections kept per endpoint; more are closed when they come back.
@@ -14,9 +15,19 @@ const MAX_IDLE: usize = 256;
 /// The idle connections of one endpoint.
 pub(super) struct Idle {
     pub(super) conns: Mutex<VecDeque<(Box<Connection>, Instant)>>,
+    /// The endpoint's bound on open connections: a connection put back wakes a request
+    /// waiting for one.
+    pub(super) slots: Arc<Slots>,
 }
 
 impl Idle {
+    pub(super) fn new(slots: Arc<Slots>) -> Self {
+        Self {
+            conns: Mutex::new(VecDeque::new()),
+            slots,
+        }
+    }
+
     /// The most recently used connection that can carry a request; closed and expired ones
     /// are dropped on the way.
     pub(super) fn take(&self) -> Option<Box<Connection>> {
@@ -53,6 +64,8 @@ impl Idle {
         expire(&mut conns, now);
         if conns.len() < MAX_IDLE {
             conns.push_back((conn, now));
+            drop(conns);
+            self.slots.freed.notify_one();
         }
     }
 }

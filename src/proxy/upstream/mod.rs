@@ -19,6 +19,7 @@ mod body;
 mod connect;
 mod connection;
 mod idle;
+mod slots;
 #[cfg(test)]
 mod tests;
 
@@ -30,10 +31,10 @@ use crate::proxy::body::RequestBody;
 use connect::Connector;
 use connection::{BodyWriter, Connection};
 use idle::Idle;
-use std::collections::VecDeque;
+use slots::{Slot, Slots};
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long an unused connection stays in the pool. Below the idle timeout of Ironic's own
@@ -82,6 +83,33 @@ fn closed_under_us(e: &io::Error) -> bool {
     )
 }
 
+/// What bounds one endpoint.
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointLimits {
+    /// `limits.header_bytes`: response heads are read up to twice this.
+    pub max_response_head: usize,
+    /// `limits.upstream_connections`: connections open at once, idle or busy; 0: no bound.
+    pub connections: usize,
+}
+
+impl EndpointLimits {
+    /// The configured limits of a listener's upstreams.
+    pub fn from_config(limits: &crate::config::Limits) -> Self {
+        Self {
+            max_response_head: limits.header_bytes,
+            connections: limits.upstream_connections,
+        }
+    }
+
+    /// `max_response_head`, the default bound on connections.
+    pub fn with_head(max_response_head: usize) -> Self {
+        Self {
+            max_response_head,
+            connections: crate::config::Limits::default().upstream_connections,
+        }
+    }
+}
+
 /// One upstream endpoint with its connection pool and in-flight count.
 pub struct Endpoint {
     pub addr: UpstreamAddr,
@@ -104,7 +132,7 @@ impl Endpoint {
     pub fn new(
         addr: UpstreamAddr,
         tls: Option<crate::tls::peer::PeerTls>,
-        max_response_head: usize,
+        limits: EndpointLimits,
     ) -> Self {
         let authority = match &addr {
             UpstreamAddr::Unix(_) => "localhost".to_owned(),
@@ -116,10 +144,8 @@ impl Endpoint {
             name,
             connector: Connector::new(addr.clone(), tls),
             addr,
-            idle: Arc::new(Idle {
-                conns: Mutex::new(VecDeque::new()),
-            }),
-            max_head: max_response_head.max(8192) * 2,
+            idle: Arc::new(Idle::new(Slots::new(limits.connections))),
+            max_head: limits.max_response_head.max(8192) * 2,
             in_flight: AtomicUsize::new(0),
             authority: http::HeaderValue::from_str(&authority)
                 .unwrap_or_else(|_| http::HeaderValue::from_static("localhost")),
@@ -156,14 +182,17 @@ impl Endpoint {
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _guard = InFlight(&self.in_flight);
-        self.dispatch(req).await
+        self.dispatch(req, true).await
     }
 
     /// `req` on a pooled connection, or on a new one when none is ready or the pooled one
-    /// refused the request before it went out.
+    /// refused the request before it went out. At the endpoint's bound on connections, waits
+    /// for one to come back or to close; a health check (`queue` false) never waits, it
+    /// connects outside the bound.
     async fn dispatch(
         &self,
         req: http::Request<RequestBody>,
+        queue: bool,
     ) -> Result<http::Response<UpstreamBody>, SendError> {
         let (parts, mut body) = req.into_parts();
         // Let the other requests that arrived with this one reach this point first, so that
@@ -172,28 +201,38 @@ impl Endpoint {
         // upstream client"): without it, 25.4-27.4 CPU µs per keep-alive request; with it,
         // 23.1-25.9, as with hyper's client, whose connection task gave the same batching.
         tokio::task::yield_now().await;
-        if let Some(mut conn) = self.idle.take() {
-            let again = body.try_clone();
-            let replayable = crate::proxy::headers::is_replayable(&parts.method);
-            // Closed under us before any answer: `sent` when the request may have gone out.
-            let (e, sent) = match conn.write_request(&parts, body).await {
-                Ok(sending) => match self.answer(conn, &parts.method, sending).await {
-                    Err((e, false)) if closed_under_us(&e) => (e, true),
-                    done => return done.map_err(|(e, _)| SendError::Exchange(e)),
-                },
-                Err((e, false)) => (e, false),
-                Err((e, true)) if closed_under_us(&e) => (e, true),
-                Err((e, true)) => return Err(SendError::Exchange(e)),
-            };
-            match again {
-                Some(b) if !sent || replayable => body = b,
-                _ => return Err(SendError::Stale(e)),
+        // After a pooled connection failed stale, the next is a fresh one (the others in the
+        // pool are likely as stale: the upstream restarted).
+        let mut pooled = true;
+        let slot = loop {
+            // Registered before looking, so a connection freed in between is not missed.
+            let freed = self.idle.slots.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            if pooled {
+                if let Some(conn) = self.idle.take() {
+                    match self.on_pooled(conn, &parts, body).await {
+                        Ok(done) => return done,
+                        Err(again) => {
+                            body = again;
+                            pooled = false;
+                            continue;
+                        }
+                    }
+                }
             }
-        }
+            if let Some(slot) = self.idle.slots.try_take() {
+                break Some(slot);
+            }
+            if !queue {
+                break None;
+            }
+            freed.await;
+        };
         // Boxed: connecting (TCP, TLS to a peer) is the rare path of a pooled endpoint, and its
         // state (1.3 KiB) would otherwise be part of every request's future, copied at each
         // level that awaits it (memcpy was 2,600 instructions per request, callgrind).
-        let mut conn = Box::pin(self.connect()).await?;
+        let mut conn = Box::pin(self.connect(slot)).await?;
         let sending = conn
             .write_request(&parts, body)
             .await
@@ -201,6 +240,33 @@ impl Endpoint {
         self.answer(conn, &parts.method, sending)
             .await
             .map_err(|(e, _)| SendError::Exchange(e))
+    }
+
+    /// `req` on the pooled `conn`: the outcome, or the body back when the upstream had closed
+    /// the connection and the request may go again on a fresh one (it had not gone out, or its
+    /// method is replayable, and the body is still ours to send).
+    async fn on_pooled(
+        &self,
+        mut conn: Box<Connection>,
+        parts: &http::request::Parts,
+        body: RequestBody,
+    ) -> Result<Result<http::Response<UpstreamBody>, SendError>, RequestBody> {
+        let again = body.try_clone();
+        let replayable = crate::proxy::headers::is_replayable(&parts.method);
+        // Closed under us before any answer: `sent` when the request may have gone out.
+        let (e, sent) = match conn.write_request(parts, body).await {
+            Ok(sending) => match self.answer(conn, &parts.method, sending).await {
+                Err((e, false)) if closed_under_us(&e) => (e, true),
+                done => return Ok(done.map_err(|(e, _)| SendError::Exchange(e))),
+            },
+            Err((e, false)) => (e, false),
+            Err((e, true)) if closed_under_us(&e) => (e, true),
+            Err((e, true)) => return Ok(Err(SendError::Exchange(e))),
+        };
+        match again {
+            Some(b) if !sent || replayable => Err(b),
+            _ => Ok(Err(SendError::Stale(e))),
+        }
     }
 
     /// Reads the response head; the body is read by whoever polls it. The flag with an error:
@@ -223,10 +289,15 @@ impl Endpoint {
         Ok(resp)
     }
 
-    /// A new connection.
-    async fn connect(&self) -> Result<Box<Connection>, SendError> {
+    /// A new connection, holding `slot` (its place under the bound) until it closes.
+    async fn connect(&self, slot: Option<Slot>) -> Result<Box<Connection>, SendError> {
         let io = self.connector.connect().await.map_err(SendError::Connect)?;
-        Ok(Connection::new(io))
+        Ok(Connection::new(io, slot))
+    }
+
+    /// Connections open to this endpoint now, idle or carrying a request.
+    pub fn open_connections(&self) -> usize {
+        self.idle.slots.open()
     }
 }
 
@@ -251,7 +322,7 @@ impl Endpoint {
         else {
             return Ok(false);
         };
-        let resp = self.dispatch(req).await?;
+        let resp = self.dispatch(req, false).await?;
         let ok = resp.status().is_success() || resp.status().is_redirection();
         // Read to its end, the body gives the connection back to the pool.
         let _ = http_body_util::BodyExt::collect(resp.into_body()).await;

@@ -8,7 +8,7 @@ use tokio::net::UnixStream;
 /// A pooled connection over a unix socket pair, and the pair's far end.
 fn connection() -> (Box<Connection>, UnixStream) {
     let (near, far) = UnixStream::pair().expect("a socket pair");
-    (Connection::new(Conn::Unix(near)), far)
+    (Connection::new(Conn::Unix(near), None), far)
 }
 
 /// Lets the I/O driver see what happened on the sockets.
@@ -55,7 +55,11 @@ async fn closing_upstream(
         }
         seen
     });
-    let ep = Endpoint::new(UpstreamAddr::Unix(path), None, 8192);
+    let ep = Endpoint::new(
+        UpstreamAddr::Unix(path),
+        None,
+        EndpointLimits::with_head(8192),
+    );
     (ep, server)
 }
 
@@ -112,9 +116,7 @@ fn absolute_form_targets_become_origin_form_with_a_path() {
 
 #[tokio::test(start_paused = true)]
 async fn idle_connections_are_reused_most_recent_first_until_they_expire() {
-    let idle = Idle {
-        conns: Mutex::new(VecDeque::new()),
-    };
+    let idle = Idle::new(Slots::new(0));
     let (a, _far_a) = connection();
     let (b, _far_b) = connection();
     settle().await;
@@ -137,9 +139,7 @@ async fn idle_connections_are_reused_most_recent_first_until_they_expire() {
 
 #[tokio::test(start_paused = true)]
 async fn expired_idle_connections_are_closed_without_waiting_for_a_request() {
-    let idle = Idle {
-        conns: Mutex::new(VecDeque::new()),
-    };
+    let idle = Idle::new(Slots::new(0));
     let (a, mut far_a) = connection();
     let (b, _far_b) = connection();
     idle.put(a);
@@ -162,9 +162,7 @@ async fn expired_idle_connections_are_closed_without_waiting_for_a_request() {
 
 #[tokio::test(start_paused = true)]
 async fn a_connection_the_server_closed_or_wrote_to_is_never_handed_out() {
-    let idle = Idle {
-        conns: Mutex::new(VecDeque::new()),
-    };
+    let idle = Idle::new(Slots::new(0));
     let (a, far_a) = connection();
     let (b, far_b) = connection();
     idle.put(a);
@@ -180,9 +178,7 @@ async fn a_connection_the_server_closed_or_wrote_to_is_never_handed_out() {
 
 /// A response body over a socket pair, with the far end to write the upstream's bytes.
 fn body(framing: BodyKind, keep_alive: bool) -> (UpstreamBody, UnixStream, Arc<Idle>) {
-    let idle = Arc::new(Idle {
-        conns: Mutex::new(VecDeque::new()),
-    });
+    let idle = Arc::new(Idle::new(Slots::new(0)));
     let (conn, far) = connection();
     let body = UpstreamBody::new(
         conn,
@@ -298,4 +294,102 @@ async fn a_body_cut_short_is_an_error_and_closes_its_connection() {
     far.write_all(b"part").await.unwrap();
     drop(b);
     assert_eq!(pooled(&idle), 0);
+}
+
+/// An upstream on a unix socket that holds its first answer until `hold` connections are
+/// open, then answers every request at once. Returns the endpoint (bounded to `limit`
+/// connections) and the count of connections the upstream accepted.
+async fn holding_upstream(
+    dir: &tempfile::TempDir,
+    hold: usize,
+    limit: usize,
+) -> (Endpoint, Arc<AtomicUsize>) {
+    let path = dir.path().join("up.sock");
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(tokio::sync::Notify::new());
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+            if n >= hold {
+                open.notify_waiters();
+            }
+            let (open, count) = (open.clone(), count.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while matches!(s.read(&mut buf).await, Ok(len) if len > 0) {
+                    let ready = open.notified();
+                    if count.load(Ordering::SeqCst) < hold {
+                        ready.await;
+                    }
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if s.write_all(ok).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let limits = EndpointLimits {
+        max_response_head: 8192,
+        connections: limit,
+    };
+    (
+        Endpoint::new(UpstreamAddr::Unix(path), None, limits),
+        accepted,
+    )
+}
+
+/// Six requests at once while the upstream holds its answers: with a bound of two, two
+/// connections carry all six in turn; with no bound each request opens its own.
+#[tokio::test]
+async fn at_the_bound_requests_wait_for_a_connection_instead_of_opening_one() {
+    for (limit, hold, expect) in [(2, 2, 2), (0, 6, 6)] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (ep, accepted) = holding_upstream(&dir, hold, limit).await;
+        let ep = Arc::new(ep);
+        let sends: Vec<_> = (0..6)
+            .map(|_| {
+                let ep = ep.clone();
+                tokio::spawn(async move { send(&ep, http::Method::GET).await })
+            })
+            .collect();
+        for s in sends {
+            let status = tokio::time::timeout(Duration::from_secs(10), s)
+                .await
+                .expect("answered in time")
+                .expect("task");
+            assert_eq!(status.expect("sent"), 200, "bound {limit}");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), expect, "bound {limit}");
+        assert_eq!(ep.open_connections(), expect, "bound {limit}: kept idle");
+    }
+}
+
+/// A health check at the bound does not queue behind the requests it would judge.
+#[tokio::test]
+async fn a_health_check_at_the_bound_connects_outside_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (ep, accepted) = holding_upstream(&dir, 2, 1).await;
+    let ep = Arc::new(ep);
+    let busy = {
+        let ep = ep.clone();
+        tokio::spawn(async move { send(&ep, http::Method::GET).await })
+    };
+    // The request holds the only place; the probe's connection is the upstream's second,
+    // which releases both answers.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while accepted.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the request connected");
+    let probed = tokio::time::timeout(Duration::from_secs(10), ep.probe("/"))
+        .await
+        .expect("the probe did not wait for the request");
+    assert!(probed.expect("answered"));
+    assert_eq!(busy.await.expect("task").expect("sent"), 200);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
