@@ -15,7 +15,9 @@ the host-binary run gives that instance, and the files it uses bind-mounted at t
 - the export directory, writable, owned by 997:994 (the sidecar writes its certificate there;
   Ironic, root here, reads it);
 - any other file the profile names (the egress credentials, an htpasswd), read-only, made
-  root:994 0440 like a Secret; or, for a socket not made yet, its directory.
+  root:994 0440 like a Secret; or, for a socket not made yet (the networking service's), its
+  directory, read-only, made group 994 and setgid like the instance's directory (its server
+  must then create the socket 0660 too: networking_e2e.py sets `unix_socket_mode`).
 
 The user is the kit's, 997:994, not root: the files are given the owners and modes kubelet would
 give them, so the run shows the image works with the kit's permissions, not only as root.
@@ -29,6 +31,7 @@ would not forward it) and, once the client is gone, removes the container and ch
 import json
 import os
 import shutil
+import stat
 import subprocess
 
 import harness as h
@@ -94,8 +97,10 @@ def prepare(inst, ca_dir, env):
         if os.path.isfile(value):
             secret(value)
             mounts.append(f"{value}:{value}:ro")
-        else:  # a socket the test starts later: its directory
+        else:  # a socket the test starts later: its directory, group 994 and setgid as above
             parent = os.path.dirname(value)
+            os.chown(parent, -1, GID)
+            os.chmod(parent, os.stat(parent).st_mode & 0o7777 | stat.S_ISGID)
             mounts.append(f"{parent}:{parent}:ro")
     # In this order: the export directory is mounted over part of the instance's directory.
     return [arg for m in dict.fromkeys(mounts) for arg in ("-v", m)]

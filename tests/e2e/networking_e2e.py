@@ -49,6 +49,7 @@ import collections
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -160,6 +161,8 @@ class NetworkingE2E(base.E2E):
                     f"driver_config_dir = {os.path.join(self.net_dir, 'drivers')}\n\n"
                     "[ironic_networking_json_rpc]\nauth_strategy = noauth\n"
                     f"unix_socket = {self.net_sock}\n"
+                    # Group-usable, as Ironic's (harness.ironic_conf; tests/e2e/container.py).
+                    "unix_socket_mode = 0660\n"
                     # The topic it names itself by: what the conductors dial.
                     f"host_ip = {self.net_ip}\nport = {NET_PORT}\n"
                 )
@@ -177,7 +180,11 @@ class NetworkingE2E(base.E2E):
                         f"ironic-networking exited ({self.net.returncode}):\n"
                         + h.tail(self.net_log, 20)
                     )
-                return os.path.exists(self.net_sock)
+                # Connected, not only there: the server binds, chmods (unix_socket_mode), then
+                # listens; a call in between was refused (ECONNREFUSED) once.
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(self.net_sock)
+                return True
 
             h.wait_for("ironic-networking to listen on its unix socket", up, 60)
 
