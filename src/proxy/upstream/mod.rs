@@ -201,23 +201,21 @@ impl Endpoint {
         // upstream client"): without it, 25.4-27.4 CPU µs per keep-alive request; with it,
         // 23.1-25.9, as with hyper's client, whose connection task gave the same batching.
         tokio::task::yield_now().await;
-        // After a pooled connection failed stale, the next is a fresh one (the others in the
-        // pool are likely as stale: the upstream restarted).
-        let mut pooled = true;
         let slot = loop {
-            // Registered before looking, so a connection freed in between is not missed.
+            // Registered before looking, so a connection freed in between is not missed. Every
+            // waiter can use what a wake-up frees (an idle connection or a place for a new
+            // one): one that could not would swallow the wake-up another needed. So after a
+            // pooled connection failed stale, the next may be pooled too; `take` skips those
+            // the upstream is seen to have closed.
             let freed = self.idle.slots.freed.notified();
             let mut freed = std::pin::pin!(freed);
             freed.as_mut().enable();
-            if pooled {
-                if let Some(conn) = self.idle.take() {
-                    match self.on_pooled(conn, &parts, body).await {
-                        Ok(done) => return done,
-                        Err(again) => {
-                            body = again;
-                            pooled = false;
-                            continue;
-                        }
+            if let Some(conn) = self.idle.take() {
+                match self.on_pooled(conn, &parts, body).await {
+                    Ok(done) => return done,
+                    Err(again) => {
+                        body = again;
+                        continue;
                     }
                 }
             }
