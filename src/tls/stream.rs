@@ -212,29 +212,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                 Ok(Step::NeedRead | Step::CanWrite { .. }) => {
                     ready!(self.poll_send(cx))?;
                 }
-                Err(e) => {
-                    // rustls queued an alert telling the peer why: send it if the socket
-                    // takes it now, then fail.
-                    let _ = self.poll_alert(cx);
-                    return Poll::Ready(Err(e));
-                }
+                // `step` has sent rustls' alert, if any.
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
 
-    /// Encodes and sends the alert rustls queued after an error, if the socket takes it now.
-    /// One call to rustls, which gives a queued record before it looks at any received one.
+    /// Encodes and sends what rustls queued after an error (its alert, behind any record queued
+    /// before it, such as the answer to the peer's key update), if the socket takes it now.
+    /// rustls gives queued records before it looks at any received one, one per call. Called
+    /// once, where rustls failed ([`Self::step`]), as tokio-rustls' "last-gasp write" after
+    /// `process_new_packets` fails, in the handshake and after it (before, a refused record
+    /// after the handshake left the peer without the alert, and only the first queued record
+    /// was sent: found by the `tls_differential` fuzz target).
     fn poll_alert(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.conn.wants_write() {
-            let Self {
-                conn,
-                incoming,
-                outgoing,
-                ..
-            } = &mut *self;
+        let Self {
+            conn,
+            incoming,
+            outgoing,
+            ..
+        } = &mut *self;
+        // Bounded: an alert, and what was queued before it (a key update, session tickets).
+        for _ in 0..8 {
+            if !conn.wants_write() {
+                break;
+            }
             let status = conn.process_tls_records(incoming);
-            if let Ok(ConnectionState::EncodeTlsData(mut record)) = status.state {
-                let _ = grow(outgoing, 64, |out| record.encode(out).map_err(encode_size));
+            let Ok(ConnectionState::EncodeTlsData(mut record)) = status.state else {
+                break;
+            };
+            if grow(outgoing, 64, |out| record.encode(out).map_err(encode_size)).is_err() {
+                break;
             }
         }
         self.poll_send(cx)
@@ -249,10 +257,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         read: Option<&mut ReadBuf<'_>>,
         write: Option<Parts<'_>>,
     ) -> io::Result<Step> {
+        let was_failed = self.failed;
         let mut incoming = std::mem::take(&mut self.incoming);
         let (discard, step) = self.step_in(&mut incoming, cx, read, write);
         self.incoming = incoming;
-        finish(&mut self.incoming, discard, step)
+        let step = finish(&mut self.incoming, discard, step);
+        self.alert_if_failed(was_failed, cx);
+        step
+    }
+
+    /// Sends rustls' alert when this step is the one where rustls failed.
+    fn alert_if_failed(&mut self, was_failed: bool, cx: &mut Context<'_>) {
+        if self.failed && !was_failed {
+            let _ = self.poll_alert(cx);
+        }
     }
 
     /// [`Self::step`] on records read into a buffer of the caller's (the stack) while
@@ -265,9 +283,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         read: Option<&mut ReadBuf<'_>>,
     ) -> io::Result<Step> {
         debug_assert!(self.incoming.is_empty());
+        let was_failed = self.failed;
         let (discard, step) = self.step_in(records, cx, read, None);
         self.incoming
             .extend_from_slice(&records[discard.min(records.len())..]);
+        self.alert_if_failed(was_failed, cx);
         step
     }
 
