@@ -31,6 +31,11 @@
 //!   read from then on, as rustls' `Reader` reports it through tokio-rustls. hyper's server
 //!   treats a read error on an idle connection as the client's close, and a cut message as an
 //!   incomplete one, so a client that skips close_notify between requests ends no differently;
+//! - a record rustls refuses fails the call that processed it with rustls' error
+//!   (`InvalidData`, rustls' error inside), rustls' alert is sent, and every later read or
+//!   write fails with the same error. The call may be a write where tokio-rustls would fail the
+//!   next read: rustls' unbuffered API processes the records received so far before it allows
+//!   a write, its buffered one does not;
 //! - `poll_shutdown` sends close_notify and shuts the socket's write side.
 //!
 //! The invariants the code relies on are checked with `debug_assert!` at each poll's end
@@ -81,8 +86,11 @@ pub struct ServerStream<S> {
     truncated: bool,
     /// close_notify is in `outgoing` or sent.
     close_queued: bool,
-    /// rustls failed (a bad record, an alert from the peer): nothing more is processed.
-    failed: bool,
+    /// rustls failed (a bad record, an alert from the peer), with its error: nothing more is
+    /// processed, and every later call fails with that error (as rustls' buffered connection
+    /// repeats it through tokio-rustls), whether the failure came in a read, a write or the
+    /// shutdown.
+    failed: Option<rustls::Error>,
     /// rustls' last state was `ReadTraffic` (all of it taken) or `WriteTraffic`: asked again
     /// with no new bytes, it would say `WriteTraffic` (see [`ServerStream::quiet`]).
     settled: bool,
@@ -122,7 +130,7 @@ where
         read_closed: false,
         truncated: false,
         close_queued: false,
-        failed: false,
+        failed: None,
         settled: false,
         #[cfg(test)]
         calls: 0,
@@ -150,7 +158,7 @@ impl<S> ServerStream<S> {
     /// `WriteTraffic`: that was three of a keep-alive request's five calls into rustls.
     fn quiet(&self) -> bool {
         self.settled
-            && !self.failed
+            && self.failed.is_none()
             && self.incoming.is_empty()
             && self.outgoing.is_empty()
             && !self.conn.wants_write()
@@ -176,7 +184,7 @@ impl<S> ServerStream<S> {
             "ciphertext held past its bound"
         );
         debug_assert!(
-            !self.settled || !self.failed,
+            !self.settled || self.failed.is_none(),
             "a failed session is never settled"
         );
     }
@@ -257,7 +265,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         read: Option<&mut ReadBuf<'_>>,
         write: Option<Parts<'_>>,
     ) -> io::Result<Step> {
-        let was_failed = self.failed;
+        let was_failed = self.failed.is_some();
         let mut incoming = std::mem::take(&mut self.incoming);
         let (discard, step) = self.step_in(&mut incoming, cx, read, write);
         self.incoming = incoming;
@@ -268,7 +276,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
 
     /// Sends rustls' alert when this step is the one where rustls failed.
     fn alert_if_failed(&mut self, was_failed: bool, cx: &mut Context<'_>) {
-        if self.failed && !was_failed {
+        if self.failed.is_some() && !was_failed {
             let _ = self.poll_alert(cx);
         }
     }
@@ -283,7 +291,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         read: Option<&mut ReadBuf<'_>>,
     ) -> io::Result<Step> {
         debug_assert!(self.incoming.is_empty());
-        let was_failed = self.failed;
+        let was_failed = self.failed.is_some();
         let (discard, step) = self.step_in(records, cx, read, None);
         self.incoming
             .extend_from_slice(&records[discard.min(records.len())..]);
@@ -316,16 +324,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             ..
         } = self;
         *settled = false;
-        if *failed {
+        if let Some(e) = failed {
             // rustls must not see the records again (it would fail on them twice).
-            return (0, Err(io::Error::other("TLS session failed")));
+            return (0, Err(invalid(e.clone())));
         }
         let status = conn.process_tls_records(records);
         let mut discard = status.discard;
         let state = match status.state {
             Ok(state) => state,
             Err(e) => {
-                *failed = true;
+                *failed = Some(e.clone());
                 return (discard, Err(invalid(e)));
             }
         };
@@ -340,7 +348,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                     let record = match record {
                         Ok(record) => record,
                         Err(e) => {
-                            *failed = true;
+                            *failed = Some(e.clone());
                             return (discard, Err(invalid(e)));
                         }
                     };
@@ -405,8 +413,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             // Early data is never enabled (`max_early_data_size` is 0); anything else is a
             // state this rustls version added.
             _ => {
-                *failed = true;
-                return (discard, Err(io::Error::other("unexpected TLS state")));
+                let e = rustls::Error::General("unexpected TLS state".into());
+                *failed = Some(e.clone());
+                return (discard, Err(invalid(e)));
             }
         };
         (discard, Ok(step))
