@@ -605,13 +605,17 @@ async fn a_record_refused_in_a_write_fails_later_reads_with_rustls_error() {
     raw.write_all(&wire).await.unwrap();
     let mut buf = [0u8; 64];
     assert_eq!(server.read(&mut buf).await.unwrap(), 5);
-    let err = server.write_all(b"x").await.expect_err("the record is refused");
+    let err = server
+        .write_all(b"x")
+        .await
+        .expect_err("the record is refused");
     assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
     for _ in 0..2 {
         let err = server.read(&mut buf).await.expect_err("failed");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
         assert_eq!(
-            err.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()),
+            err.get_ref()
+                .and_then(|e| e.downcast_ref::<rustls::Error>()),
             Some(&rustls::Error::DecryptError)
         );
     }
@@ -635,7 +639,10 @@ async fn the_shutdown_sends_close_notify_with_records_left_unread() {
     raw.read_to_end(&mut answer).await.unwrap();
     conn.read_tls(&mut &answer[..]).unwrap();
     let state = conn.process_new_packets().unwrap();
-    assert!(state.peer_has_closed(), "close_notify before the socket's end");
+    assert!(
+        state.peer_has_closed(),
+        "close_notify before the socket's end"
+    );
     assert_eq!(server.read(&mut buf).await.unwrap(), 6);
     assert_eq!(&buf[..6], b"second");
 }
