@@ -136,7 +136,10 @@ fuzz_target!(|data: &[u8]| {
         let theirs = standard(&line, format);
         let (ours_at, ours_rest) = after_timestamp(&ours);
         let (theirs_at, theirs_rest) = after_timestamp(&theirs);
-        assert_eq!(ours_at, theirs_at, "{format:?}: timestamps of different lengths");
+        assert_eq!(
+            ours_at, theirs_at,
+            "{format:?}: timestamps of different lengths"
+        );
         assert!(
             ours_rest == theirs_rest,
             "{format:?}: the line differs from tracing_subscriber's\n ours:   {:?}\n theirs: {:?}",
@@ -175,7 +178,10 @@ fuzz_target!(|data: &[u8]| {
             let timestamp = parsed.get("timestamp").cloned().expect("a timestamp");
             assert!(timestamp.is_string(), "the timestamp is a string");
             expected["timestamp"] = timestamp;
-            assert_eq!(parsed, expected, "the JSON line does not parse back to its values");
+            assert_eq!(
+                parsed, expected,
+                "the JSON line does not parse back to its values"
+            );
         }
     }
 });
