@@ -49,6 +49,8 @@ mod trim;
 pub use auth::check as check_auth;
 pub use doctor::run as doctor;
 pub use identity::check as check_identity;
+#[doc(hidden)]
+pub use logging::access::Line as AccessLine;
 pub use logging::{AccessFormat, AccessJson, Stderr as LogWriter, Timestamp as LogTimestamp};
 pub use proxy::egress::credentials::check as check_egress;
 pub use server::{runtime, Server};

@@ -11,109 +11,21 @@
 //!   it, with every byte written before it read; a TCP close without close_notify is
 //!   `UnexpectedEof`, never a clean end;
 //! - what the client reads is exactly a prefix of what the server's writes accepted.
+//!
+//! The handshake before each input is made cheap (`tls_fixture`); `tls_differential` runs the
+//! same kind of script against tokio-rustls beside this stream and compares the outcomes.
 #![no_main]
 
 use ironic_proxy::{accept_tls, TlsServerStream};
 use libfuzzer_sys::fuzz_target;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
-struct Configs {
-    server: Arc<rustls::ServerConfig>,
-    client: Arc<rustls::ClientConfig>,
-}
-
-fn configs() -> &'static Configs {
-    static C: OnceLock<Configs> = OnceLock::new();
-    C.get_or_init(|| {
-        let key = rcgen::KeyPair::generate().expect("key");
-        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-            .expect("params")
-            .self_signed(&key)
-            .expect("certificate");
-        let der: CertificateDer<'static> = cert.der().clone();
-        let provider = Arc::new(ironic_proxy::crypto_provider());
-        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![der.clone()],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-            )
-            .expect("server config");
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(der).expect("root");
-        let client = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Configs {
-            server: Arc::new(server),
-            client: Arc::new(client),
-        }
-    })
-}
-
-/// rustls 0.23.46 trips its own `debug_assert!(!self.sent_fatal_alert)` when one processing call
-/// meets a second failing record (its buffered connection too: see the stream's unit tests).
-/// That panic is rustls', not the stream's: it is caught (the stream is not used after it) and
-/// every other panic still aborts, as libFuzzer's hook makes it.
-const RUSTLS_ASSERT: &str = "!self.sent_fatal_alert";
-
-fn install_hook() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let abort = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let text = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            if !text.contains(RUSTLS_ASSERT) {
-                abort(info);
-            }
-        }));
-    });
-}
-
-/// Polls the server once; `None` after rustls' known assertion (see [`RUSTLS_ASSERT`]).
-fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
-}
-
-fn cx() -> Context<'static> {
-    Context::from_waker(Waker::noop())
-}
-
-/// Writes what the socket takes now.
-fn raw_write(raw: &mut DuplexStream, bytes: &[u8]) -> usize {
-    match Pin::new(raw).poll_write(&mut cx(), bytes) {
-        Poll::Ready(Ok(n)) => n,
-        _ => 0,
-    }
-}
-
-/// Reads what the socket has now.
-fn raw_read(raw: &mut DuplexStream) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        let mut rb = ReadBuf::new(&mut buf);
-        match Pin::new(&mut *raw).poll_read(&mut cx(), &mut rb) {
-            Poll::Ready(Ok(())) if !rb.filled().is_empty() => out.extend_from_slice(rb.filled()),
-            _ => return out,
-        }
-    }
-}
+mod tls_fixture;
+use tls_fixture::{configs, cx, guarded, install_hook, raw_read, raw_write};
 
 /// The test's side of the socket: the client, its ciphertext not yet delivered, and what it
 /// has read.
@@ -148,10 +60,11 @@ impl Peer {
         let Some(raw) = self.raw.as_mut() else {
             return;
         };
-        let bytes = raw_read(raw);
+        let (bytes, _) = raw_read(raw);
         let mut slice = &bytes[..];
         while !slice.is_empty() {
-            if self.client.read_tls(&mut slice).is_err() || self.client.process_new_packets().is_err()
+            if self.client.read_tls(&mut slice).is_err()
+                || self.client.process_new_packets().is_err()
             {
                 return;
             }
@@ -170,8 +83,7 @@ fuzz_target!(|data: &[u8]| {
     install_hook();
     let c = configs();
     let (server_io, raw) = tokio::io::duplex(64 * 1024);
-    let name = ServerName::try_from("localhost").expect("name");
-    let client = rustls::ClientConnection::new(c.client.clone(), name).expect("client");
+    let client = tls_fixture::client_connection();
     let mut peer = Peer {
         client,
         raw: Some(raw),
@@ -202,7 +114,9 @@ fuzz_target!(|data: &[u8]| {
         let arg = usize::from(bytes.next().unwrap_or(0));
         match op % 10 {
             0 if peer.close_notify_at.is_none() => {
-                let chunk: Vec<u8> = (0..arg * 37).map(|i| (peer.wrote.len() + i) as u8).collect();
+                let chunk: Vec<u8> = (0..arg * 37)
+                    .map(|i| (peer.wrote.len() + i) as u8)
+                    .collect();
                 if peer.client.writer().write_all(&chunk).is_ok() {
                     peer.wrote.extend_from_slice(&chunk);
                 }
@@ -237,7 +151,9 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             6 => {
-                let chunk: Vec<u8> = (0..arg * 53).map(|i| (served.len() + i) as u8 ^ 0x5a).collect();
+                let chunk: Vec<u8> = (0..arg * 53)
+                    .map(|i| (served.len() + i) as u8 ^ 0x5a)
+                    .collect();
                 match guarded(|| Pin::new(&mut server).poll_write(&mut cx(), &chunk)) {
                     Some(Poll::Ready(Ok(n))) => served.extend_from_slice(&chunk[..n]),
                     Some(_) => {}
@@ -294,7 +210,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if rustls_asserted {
         // Only after a record rustls refused: the stream was never given garbage otherwise.
-        assert!(peer.injected, "rustls' assertion without an injected record");
+        assert!(
+            peer.injected,
+            "rustls' assertion without an injected record"
+        );
         return;
     }
     assert!(
@@ -309,12 +228,17 @@ fuzz_target!(|data: &[u8]| {
     );
     if !peer.injected {
         if let Some(Ok(())) = ended {
-            let at = peer.close_notify_at.expect("a clean end only after close_notify");
+            let at = peer
+                .close_notify_at
+                .expect("a clean end only after close_notify");
             assert_eq!(got.len(), at, "a clean end before every byte was read");
         }
         if peer.raw.is_none() && peer.pending.is_empty() && peer.close_notify_at.is_none() {
             if let Some(end) = &ended {
-                assert!(end.is_err(), "a TCP close without close_notify ended cleanly");
+                assert!(
+                    end.is_err(),
+                    "a TCP close without close_notify ended cleanly"
+                );
             }
         }
     }

@@ -21,25 +21,44 @@ use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
-/// The fields of one access line (`proxy::log`), in the order they are written.
-pub(crate) struct Line<'a> {
-    pub(crate) listener: &'a str,
+/// The fields of one access line (`proxy::log`), in the order they are written. Public (hidden)
+/// for the `access_line` fuzz target only.
+#[doc(hidden)]
+pub struct Line<'a> {
+    pub listener: &'a str,
     /// `None` on a unix socket listener: written as `unix`.
-    pub(crate) client: Option<SocketAddr>,
-    pub(crate) identity: &'a str,
-    pub(crate) method: &'a str,
-    pub(crate) path: &'a str,
+    pub client: Option<SocketAddr>,
+    pub identity: &'a str,
+    pub method: &'a str,
+    pub path: &'a str,
     /// The path was cut: `…` follows it.
-    pub(crate) path_cut: bool,
+    pub path_cut: bool,
     /// The request's `User-Agent`, bounded as `proxy::log` says; `-` when it sent none.
-    pub(crate) user_agent: &'a str,
-    pub(crate) status: u16,
-    pub(crate) bytes: u64,
-    pub(crate) duration_ms: f64,
-    pub(crate) upstream: &'a str,
-    pub(crate) rpc_method: &'a str,
-    pub(crate) blame: &'a str,
-    pub(crate) complete: bool,
+    pub user_agent: &'a str,
+    pub status: u16,
+    pub bytes: u64,
+    pub duration_ms: f64,
+    pub upstream: &'a str,
+    pub rpc_method: &'a str,
+    pub blame: &'a str,
+    pub complete: bool,
+}
+
+/// For the `access_line` fuzz target, which compares the two (not part of the proxy's
+/// interface).
+#[doc(hidden)]
+impl Line<'_> {
+    /// The line as the proxy writes it in `format`, with its newline.
+    pub fn to_bytes(&self, format: Format) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write(format, &mut out, &mut Clock::default());
+        out
+    }
+
+    /// The same line as the `tracing` event it replaces, for the caller's subscriber.
+    pub fn to_event(&self) {
+        self.event();
+    }
 }
 
 /// How access lines are written once the binary has set its subscriber.

@@ -31,6 +31,11 @@
 //!   read from then on, as rustls' `Reader` reports it through tokio-rustls. hyper's server
 //!   treats a read error on an idle connection as the client's close, and a cut message as an
 //!   incomplete one, so a client that skips close_notify between requests ends no differently;
+//! - a record rustls refuses fails the call that processed it with rustls' error
+//!   (`InvalidData`, rustls' error inside), rustls' alert is sent, and every later read or
+//!   write fails with the same error. The call may be a write where tokio-rustls would fail the
+//!   next read: rustls' unbuffered API processes the records received so far before it allows
+//!   a write, its buffered one does not;
 //! - `poll_shutdown` sends close_notify and shuts the socket's write side.
 //!
 //! The invariants the code relies on are checked with `debug_assert!` at each poll's end
@@ -81,8 +86,11 @@ pub struct ServerStream<S> {
     truncated: bool,
     /// close_notify is in `outgoing` or sent.
     close_queued: bool,
-    /// rustls failed (a bad record, an alert from the peer): nothing more is processed.
-    failed: bool,
+    /// rustls failed (a bad record, an alert from the peer), with its error: nothing more is
+    /// processed, and every later call fails with that error (as rustls' buffered connection
+    /// repeats it through tokio-rustls), whether the failure came in a read, a write or the
+    /// shutdown.
+    failed: Option<rustls::Error>,
     /// rustls' last state was `ReadTraffic` (all of it taken) or `WriteTraffic`: asked again
     /// with no new bytes, it would say `WriteTraffic` (see [`ServerStream::quiet`]).
     settled: bool,
@@ -122,7 +130,7 @@ where
         read_closed: false,
         truncated: false,
         close_queued: false,
-        failed: false,
+        failed: None,
         settled: false,
         #[cfg(test)]
         calls: 0,
@@ -150,7 +158,7 @@ impl<S> ServerStream<S> {
     /// `WriteTraffic`: that was three of a keep-alive request's five calls into rustls.
     fn quiet(&self) -> bool {
         self.settled
-            && !self.failed
+            && self.failed.is_none()
             && self.incoming.is_empty()
             && self.outgoing.is_empty()
             && !self.conn.wants_write()
@@ -176,7 +184,7 @@ impl<S> ServerStream<S> {
             "ciphertext held past its bound"
         );
         debug_assert!(
-            !self.settled || !self.failed,
+            !self.settled || self.failed.is_none(),
             "a failed session is never settled"
         );
     }
@@ -212,29 +220,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                 Ok(Step::NeedRead | Step::CanWrite { .. }) => {
                     ready!(self.poll_send(cx))?;
                 }
-                Err(e) => {
-                    // rustls queued an alert telling the peer why: send it if the socket
-                    // takes it now, then fail.
-                    let _ = self.poll_alert(cx);
-                    return Poll::Ready(Err(e));
-                }
+                // `step` has sent rustls' alert, if any.
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
     }
 
-    /// Encodes and sends the alert rustls queued after an error, if the socket takes it now.
-    /// One call to rustls, which gives a queued record before it looks at any received one.
+    /// Encodes and sends what rustls queued after an error (its alert, behind any record queued
+    /// before it, such as the answer to the peer's key update), if the socket takes it now.
+    /// rustls gives queued records before it looks at any received one, one per call. Called
+    /// once, where rustls failed ([`Self::step`]), as tokio-rustls' "last-gasp write" after
+    /// `process_new_packets` fails, in the handshake and after it (before, a refused record
+    /// after the handshake left the peer without the alert, and only the first queued record
+    /// was sent: found by the `tls_differential` fuzz target).
     fn poll_alert(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.conn.wants_write() {
-            let Self {
-                conn,
-                incoming,
-                outgoing,
-                ..
-            } = &mut *self;
+        let Self {
+            conn,
+            incoming,
+            outgoing,
+            ..
+        } = &mut *self;
+        // Bounded: an alert, and what was queued before it (a key update, session tickets).
+        for _ in 0..8 {
+            if !conn.wants_write() {
+                break;
+            }
             let status = conn.process_tls_records(incoming);
-            if let Ok(ConnectionState::EncodeTlsData(mut record)) = status.state {
-                let _ = grow(outgoing, 64, |out| record.encode(out).map_err(encode_size));
+            let Ok(ConnectionState::EncodeTlsData(mut record)) = status.state else {
+                break;
+            };
+            if grow(outgoing, 64, |out| record.encode(out).map_err(encode_size)).is_err() {
+                break;
             }
         }
         self.poll_send(cx)
@@ -249,10 +265,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         read: Option<&mut ReadBuf<'_>>,
         write: Option<Parts<'_>>,
     ) -> io::Result<Step> {
+        let was_failed = self.failed.is_some();
         let mut incoming = std::mem::take(&mut self.incoming);
         let (discard, step) = self.step_in(&mut incoming, cx, read, write);
         self.incoming = incoming;
-        finish(&mut self.incoming, discard, step)
+        let step = finish(&mut self.incoming, discard, step);
+        self.alert_if_failed(was_failed, cx);
+        step
+    }
+
+    /// Sends rustls' alert when this step is the one where rustls failed.
+    fn alert_if_failed(&mut self, was_failed: bool, cx: &mut Context<'_>) {
+        if self.failed.is_some() && !was_failed {
+            let _ = self.poll_alert(cx);
+        }
     }
 
     /// [`Self::step`] on records read into a buffer of the caller's (the stack) while
@@ -265,9 +291,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
         read: Option<&mut ReadBuf<'_>>,
     ) -> io::Result<Step> {
         debug_assert!(self.incoming.is_empty());
+        let was_failed = self.failed.is_some();
         let (discard, step) = self.step_in(records, cx, read, None);
         self.incoming
             .extend_from_slice(&records[discard.min(records.len())..]);
+        self.alert_if_failed(was_failed, cx);
         step
     }
 
@@ -296,16 +324,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             ..
         } = self;
         *settled = false;
-        if *failed {
+        if let Some(e) = failed {
             // rustls must not see the records again (it would fail on them twice).
-            return (0, Err(io::Error::other("TLS session failed")));
+            return (0, Err(invalid(e.clone())));
         }
         let status = conn.process_tls_records(records);
         let mut discard = status.discard;
         let state = match status.state {
             Ok(state) => state,
             Err(e) => {
-                *failed = true;
+                *failed = Some(e.clone());
                 return (discard, Err(invalid(e)));
             }
         };
@@ -320,7 +348,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                     let record = match record {
                         Ok(record) => record,
                         Err(e) => {
-                            *failed = true;
+                            *failed = Some(e.clone());
                             return (discard, Err(invalid(e)));
                         }
                     };
@@ -385,8 +413,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             // Early data is never enabled (`max_early_data_size` is 0); anything else is a
             // state this rustls version added.
             _ => {
-                *failed = true;
-                return (discard, Err(io::Error::other("unexpected TLS state")));
+                let e = rustls::Error::General("unexpected TLS state".into());
+                *failed = Some(e.clone());
+                return (discard, Err(invalid(e)));
             }
         };
         (discard, Ok(step))

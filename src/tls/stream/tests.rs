@@ -536,6 +536,117 @@ async fn a_forged_record_after_the_handshake_fails_the_stream_and_nothing_after_
     let _ = server.shutdown().await;
 }
 
+/// Found by the `tls_differential` fuzz target: a record rustls refuses after the handshake
+/// (here a plaintext alert record, which cannot decrypt) fails the read, and the client gets
+/// rustls' fatal alert, as tokio-rustls sends it; it used to get nothing.
+#[tokio::test]
+async fn a_refused_record_after_the_handshake_sends_the_alert() {
+    let (mut server, client) = pair(64 * 1024).await;
+    let (mut raw, mut conn) = client.into_inner();
+    let wire = records_for(&mut conn, b"before");
+    raw.write_all(&wire).await.unwrap();
+    raw.write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32])
+        .await
+        .unwrap();
+    let (got, end) = read_to_end_or_error(&mut server).await;
+    assert_eq!(got, b"before");
+    let err = end.expect_err("a refused record fails the read");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    drop(server);
+    let mut answer = Vec::new();
+    raw.read_to_end(&mut answer).await.unwrap();
+    conn.read_tls(&mut &answer[..]).unwrap();
+    let refused = conn.process_new_packets().expect_err("the alert");
+    assert_eq!(
+        refused,
+        rustls::Error::AlertReceived(rustls::AlertDescription::BadRecordMac)
+    );
+}
+
+/// The same after a key update the client asked the server to answer: rustls queues the
+/// server's key update and the alert behind it, and both are sent, as tokio-rustls sends them
+/// (the stream sent the first queued record only: found by the `tls_differential` target).
+#[tokio::test]
+async fn a_refused_record_after_a_key_update_sends_the_alert() {
+    let (mut server, client) = pair(64 * 1024).await;
+    let (mut raw, mut conn) = client.into_inner();
+    conn.refresh_traffic_keys().unwrap();
+    let mut wire = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut wire).unwrap();
+    }
+    wire.extend_from_slice(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32]);
+    raw.write_all(&wire).await.unwrap();
+    let (got, end) = read_to_end_or_error(&mut server).await;
+    assert!(got.is_empty());
+    let err = end.expect_err("a refused record fails the read");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    drop(server);
+    let mut answer = Vec::new();
+    raw.read_to_end(&mut answer).await.unwrap();
+    conn.read_tls(&mut &answer[..]).unwrap();
+    let refused = conn.process_new_packets().expect_err("the alert");
+    assert_eq!(
+        refused,
+        rustls::Error::AlertReceived(rustls::AlertDescription::BadRecordMac)
+    );
+}
+
+/// Found by the `tls_differential` fuzz target: a write processes the records received so far
+/// (rustls' unbuffered API does before it allows one), so a refused record that a read left in
+/// the buffer fails the write; the next read then fails with rustls' error (`InvalidData`), as
+/// tokio-rustls' read does, not with an error of another kind.
+#[tokio::test]
+async fn a_record_refused_in_a_write_fails_later_reads_with_rustls_error() {
+    let (mut server, client) = pair(64 * 1024).await;
+    let (mut raw, mut conn) = client.into_inner();
+    let mut wire = records_for(&mut conn, b"hello");
+    wire.extend_from_slice(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32]);
+    raw.write_all(&wire).await.unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(server.read(&mut buf).await.unwrap(), 5);
+    let err = server
+        .write_all(b"x")
+        .await
+        .expect_err("the record is refused");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    for _ in 0..2 {
+        let err = server.read(&mut buf).await.expect_err("failed");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        assert_eq!(
+            err.get_ref()
+                .and_then(|e| e.downcast_ref::<rustls::Error>()),
+            Some(&rustls::Error::DecryptError)
+        );
+    }
+}
+
+/// Found by the `tls_differential` fuzz target: records a read left unprocessed (it returns at
+/// the first that gives plaintext) made the shutdown skip close_notify (rustls allows it only
+/// in its write state), so the client saw a truncation; tokio-rustls sends it. Their plaintext
+/// is still read after the shutdown.
+#[tokio::test]
+async fn the_shutdown_sends_close_notify_with_records_left_unread() {
+    let (mut server, client) = pair(64 * 1024).await;
+    let (mut raw, mut conn) = client.into_inner();
+    let mut wire = records_for(&mut conn, b"first");
+    wire.extend_from_slice(&records_for(&mut conn, b"second"));
+    raw.write_all(&wire).await.unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(server.read(&mut buf).await.unwrap(), 5);
+    server.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    raw.read_to_end(&mut answer).await.unwrap();
+    conn.read_tls(&mut &answer[..]).unwrap();
+    let state = conn.process_new_packets().unwrap();
+    assert!(
+        state.peer_has_closed(),
+        "close_notify before the socket's end"
+    );
+    assert_eq!(server.read(&mut buf).await.unwrap(), 6);
+    assert_eq!(&buf[..6], b"second");
+}
+
 /// Found by the `tls_stream` fuzz target: after the server's own close_notify, a client record
 /// with a byte inserted fails rustls, which sends a second fatal alert and trips its own
 /// `debug_assert!(!self.sent_fatal_alert)` in debug builds. rustls' buffered connection (what

@@ -277,8 +277,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.close_queued && !this.failed {
+        if !this.close_queued && this.failed.is_none() {
             ready!(this.poll_send(cx))?;
+            // Whole records a read left in `incoming` (it stops at the first that gives
+            // plaintext): rustls allows close_notify only in its write state, which it reaches
+            // once they are processed; their plaintext goes to `plain` for later reads.
+            // tokio-rustls sends close_notify whatever it has not read (found by the
+            // `tls_differential` fuzz target: with such records, the socket was shut without
+            // close_notify, and the client saw a truncation).
+            while !this.incoming.is_empty() && this.failed.is_none() {
+                match this.step(cx, None, None) {
+                    Ok(Step::Again) => {}
+                    Ok(Step::WriteBlocked) => return Poll::Pending,
+                    // A part of a record is left, or an error (sent on by the next call).
+                    Ok(Step::NeedRead | Step::CanWrite { .. }) | Err(_) => break,
+                }
+            }
+        }
+        if !this.close_queued && this.failed.is_none() {
             // rustls' state changes here, outside `step_in`.
             this.settled = false;
             let Self {
@@ -290,8 +306,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
             } = &mut *this;
             let status = conn.process_tls_records(incoming);
             let discard = status.discard;
-            // In any other state (records not read yet, a broken session) the socket is shut
-            // without close_notify, as if it were closed.
+            // In any other state (a broken session) the socket is shut without close_notify,
+            // as if it were closed.
             match status.state {
                 Ok(ConnectionState::WriteTraffic(mut traffic)) => {
                     let _ = grow(outgoing, 64, |out| {
@@ -301,7 +317,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
                 // rustls failed on records that arrived (and queued its fatal alert): it must
                 // not see records again, a later read included (found by the `tls_stream` fuzz
                 // target: rustls' own `debug_assert!(!self.sent_fatal_alert)` fired).
-                Err(_) => *failed = true,
+                Err(e) => *failed = Some(e),
                 Ok(_) => {}
             }
             finish(incoming, discard, Ok(Step::Again))?;
