@@ -42,6 +42,11 @@ impl Idle {
         None
     }
 
+    /// Whether any connection is in the list (usable or not: `take` decides).
+    pub(super) fn has_any(&self) -> bool {
+        self.conns.lock().is_ok_and(|c| !c.is_empty())
+    }
+
     /// Drops the connections idle for [`IDLE_TIMEOUT`] or longer (the oldest are first).
     pub(super) fn close_expired(&self) {
         if let Ok(mut conns) = self.conns.lock() {

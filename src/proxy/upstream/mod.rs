@@ -201,15 +201,11 @@ impl Endpoint {
         // upstream client"): without it, 25.4-27.4 CPU µs per keep-alive request; with it,
         // 23.1-25.9, as with hyper's client, whose connection task gave the same batching.
         tokio::task::yield_now().await;
+        // Every waiter can use what a wake-up frees (an idle connection or a place for a new
+        // one): one that could not would swallow the wake-up another needed. So after a pooled
+        // connection failed stale, the next may be pooled too; `take` skips those the upstream
+        // is seen to have closed.
         let slot = loop {
-            // Registered before looking, so a connection freed in between is not missed. Every
-            // waiter can use what a wake-up frees (an idle connection or a place for a new
-            // one): one that could not would swallow the wake-up another needed. So after a
-            // pooled connection failed stale, the next may be pooled too; `take` skips those
-            // the upstream is seen to have closed.
-            let freed = self.idle.slots.freed.notified();
-            let mut freed = std::pin::pin!(freed);
-            freed.as_mut().enable();
             if let Some(conn) = self.idle.take() {
                 match self.on_pooled(conn, &parts, body).await {
                     Ok(done) => return done,
@@ -224,6 +220,15 @@ impl Endpoint {
             }
             if !queue {
                 break None;
+            }
+            // At the bound: registered for a wake-up before looking again, so a connection
+            // freed in between is not missed. Only here: registering takes the Notify's lock,
+            // which a request that finds a connection should not pay.
+            let freed = self.idle.slots.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            if self.idle.has_any() || self.idle.slots.has_room() {
+                continue;
             }
             freed.await;
         };

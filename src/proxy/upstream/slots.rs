@@ -51,6 +51,11 @@ impl Slots {
         }
     }
 
+    /// Whether a new connection would get a place now.
+    pub(super) fn has_room(&self) -> bool {
+        self.limit == 0 || self.open.load(Ordering::Relaxed) < self.limit
+    }
+
     /// Connections open now.
     pub(super) fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
