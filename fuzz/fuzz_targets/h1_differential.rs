@@ -68,13 +68,22 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, wire)) = data.split_first() else {
         return;
     };
-    let method = if mode & 1 == 1 { Method::HEAD } else { Method::GET };
+    let method = if mode & 1 == 1 {
+        Method::HEAD
+    } else {
+        Method::GET
+    };
     let ours = ironic_proxy::read_whole_response(&method, wire);
     let theirs = hyper_reads(&method, wire);
     match (ours, theirs) {
         (Ok(mut o), Ok(t)) => {
             o.keep_alive = false;
-            assert_eq!(o, t, "both accepted, read differently: {:?}", String::from_utf8_lossy(wire));
+            assert_eq!(
+                o,
+                t,
+                "both accepted, read differently: {:?}",
+                String::from_utf8_lossy(wire)
+            );
         }
         (Err(_), Err(_)) => {}
         (Ok(o), Err(e)) => panic!(

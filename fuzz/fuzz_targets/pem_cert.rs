@@ -11,10 +11,10 @@
 #![no_main]
 
 use http::HeaderValue;
-use ironic_proxy::config::{IdentityConfig, IdentitySource, TlsMode};
-use ironic_proxy::{load_chain, load_files, load_key, load_trust};
 use ironic_proxy::allow::AllowRule;
+use ironic_proxy::config::{IdentityConfig, IdentitySource, TlsMode};
 use ironic_proxy::ClientIdentity;
+use ironic_proxy::{load_chain, load_files, load_key, load_trust};
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -35,12 +35,12 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use ironic_proxy::config::{Limits, PathPattern, TlsMode, UpstreamAddr};
-use ironic_proxy::Finder;
 use ironic_proxy::route::{self, Route, Routes, Target};
 use ironic_proxy::serve_stream;
+use ironic_proxy::Finder;
 use ironic_proxy::Metrics;
-use ironic_proxy::{Pool, PoolOptions};
 use ironic_proxy::{ConnInfo, Proxy};
+use ironic_proxy::{Pool, PoolOptions};
 use libfuzzer_sys::fuzz_target;
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -221,7 +221,10 @@ async fn rogue_exchange(h: &Harness, post: bool, input: &[u8]) {
         (wr, got)
     };
     let Ok((wr, got)) = tokio::time::timeout(GIVE_UP, exchange).await else {
-        panic!("no end of the answer: upstream sent {:?}", String::from_utf8_lossy(input));
+        panic!(
+            "no end of the answer: upstream sent {:?}",
+            String::from_utf8_lossy(input)
+        );
     };
     drop(wr);
     match tokio::time::timeout(GIVE_UP, conn).await {
@@ -352,8 +355,9 @@ fn routed_proxy(
 fn check_routed(record: &Upstream, tls: bool, input: &[u8]) {
     for path in &record.paths {
         let show = || format!("{path:?}\ninput: {:?}", String::from_utf8_lossy(input));
-        let decoded = route::check_path(path)
-            .unwrap_or_else(|why| panic!("a refused path ({why}) reached the upstream: {}", show()));
+        let decoded = route::check_path(path).unwrap_or_else(|why| {
+            panic!("a refused path ({why}) reached the upstream: {}", show())
+        });
         assert!(
             tls || decoded.starts_with("/pxelinux.cfg/") || decoded == "/boot.ipxe",
             "plain HTTP reached the upstream outside the plaintext route: {}",
@@ -451,7 +455,11 @@ fuzz_target!(|data: &[u8]| {
         .expect("no panic while holding the record") = Upstream::default();
     h.rt.block_on(async {
         let (client, server) = tokio::io::duplex(8 * 1024);
-        let proxy = if routed { h.routed.clone() } else { h.proxy.clone() };
+        let proxy = if routed {
+            h.routed.clone()
+        } else {
+            h.proxy.clone()
+        };
         let limits = h.limits.clone();
         let conn =
             tokio::spawn(async move { serve_stream(server, h2, proxy, info, &limits).await });

@@ -31,7 +31,7 @@ mod tls_side;
 use ironic_proxy::accept_tls;
 use libfuzzer_sys::fuzz_target;
 use std::io::Write;
-use tls_fixture::{configs, install_hook, raw_write};
+use tls_fixture::{configs, install_hook, pattern, raw_write};
 use tls_side::{first_difference, handshake, peer, ClientEnd, Side};
 
 /// The sockets' capacity each way: more than a script can queue, so that what reaches a server
@@ -79,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
         }
         match op % 12 {
             0 if !close_notify => {
-                let chunk: Vec<u8> = (0..arg * 37).map(|i| (wrote + i) as u8).collect();
+                let chunk = pattern(wrote, arg * 37, 0);
                 wrote += chunk.len();
                 both!(s => {
                     // Refused once the client has failed (an alert received): compared
@@ -103,9 +103,7 @@ fuzz_target!(|data: &[u8]| {
             4 => both!(s => s.peer.deliver(usize::MAX)),
             5 => both!(s => s.read(arg * 64 + 1)),
             6 => {
-                let chunk: Vec<u8> = (0..arg * 53)
-                    .map(|i| (server_bytes + i) as u8 ^ 0x5a)
-                    .collect();
+                let chunk = pattern(server_bytes, arg * 53, 0x5a);
                 server_bytes += chunk.len();
                 both!(s => s.write(step, [&chunk, &[]]));
             }
@@ -132,9 +130,7 @@ fuzz_target!(|data: &[u8]| {
                 // gathering thresholds (4 KiB on the stack, 16 KiB for a body of its own).
                 let head_len = (arg % 64) * 67 + arg / 64;
                 let body_len = usize::from(bytes.next().unwrap_or(0)) * 131;
-                let all: Vec<u8> = (0..head_len + body_len)
-                    .map(|i| (server_bytes + i) as u8 ^ 0xa5)
-                    .collect();
+                let all = pattern(server_bytes, head_len + body_len, 0xa5);
                 server_bytes += all.len();
                 let (head, body) = all.split_at(head_len);
                 both!(s => s.write(step, [head, body]));

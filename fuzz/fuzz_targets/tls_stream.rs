@@ -25,7 +25,7 @@ use std::task::Poll;
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
 mod tls_fixture;
-use tls_fixture::{configs, cx, guarded, install_hook, raw_read, raw_write};
+use tls_fixture::{configs, cx, guarded, install_hook, pattern, raw_read, raw_write};
 
 /// The test's side of the socket: the client, its ciphertext not yet delivered, and what it
 /// has read.
@@ -114,9 +114,7 @@ fuzz_target!(|data: &[u8]| {
         let arg = usize::from(bytes.next().unwrap_or(0));
         match op % 10 {
             0 if peer.close_notify_at.is_none() => {
-                let chunk: Vec<u8> = (0..arg * 37)
-                    .map(|i| (peer.wrote.len() + i) as u8)
-                    .collect();
+                let chunk = pattern(peer.wrote.len(), arg * 37, 0);
                 if peer.client.writer().write_all(&chunk).is_ok() {
                     peer.wrote.extend_from_slice(&chunk);
                 }
@@ -151,9 +149,7 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             6 => {
-                let chunk: Vec<u8> = (0..arg * 53)
-                    .map(|i| (served.len() + i) as u8 ^ 0x5a)
-                    .collect();
+                let chunk = pattern(served.len(), arg * 53, 0x5a);
                 match guarded(|| Pin::new(&mut server).poll_write(&mut cx(), &chunk)) {
                     Some(Poll::Ready(Ok(n))) => served.extend_from_slice(&chunk[..n]),
                     Some(_) => {}
