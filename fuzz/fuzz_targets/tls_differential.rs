@@ -213,8 +213,20 @@ fuzz_target!(|data: &[u8]| {
         // client (after the shutdown's close_notify, or the client's TCP close). The writes'
         // outcomes are not compared: after the failure ours refuses every write, while
         // tokio-rustls keeps encrypting into the session it sent its alert for.
+        //
+        // The other way round when ours met the record in a write: a read of ours takes what
+        // the socket has into its buffer, and rustls' unbuffered API processes every record
+        // received before it allows a write, so a write of ours can meet the record while
+        // tokio-rustls, whose writes never read, still writes until its next read. Then
+        // either client's plaintext may be the longer one, but one is a prefix of the other.
+        let prefix = if ours.failed_in_write {
+            ours.peer.read.starts_with(&theirs.peer.read)
+                || theirs.peer.read.starts_with(&ours.peer.read)
+        } else {
+            ours.peer.read.starts_with(&theirs.peer.read)
+        };
         assert!(
-            ours.peer.read.starts_with(&theirs.peer.read),
+            prefix,
             "tokio-rustls' client received what ours did not: {}",
             first_difference(&ours.peer.read, &theirs.peer.read)
         );

@@ -166,6 +166,8 @@ pub struct Side<S> {
     pub outcomes: Vec<(usize, Outcome)>,
     /// rustls refused something (a read or write failed with `InvalidData`).
     pub tls_failed: bool,
+    /// The first such failure was met by a write or the shutdown, not a read.
+    pub failed_in_write: bool,
     /// `poll_shutdown` was called, or a write failed.
     pub write_closed: bool,
     /// `poll_shutdown` was called after rustls failed.
@@ -213,6 +215,7 @@ impl<S: Server> Side<S> {
             served: Vec::new(),
             outcomes: Vec::new(),
             tls_failed: false,
+            failed_in_write: false,
             write_closed: false,
             alert_lost: false,
             shut_after_failure: false,
@@ -220,9 +223,10 @@ impl<S: Server> Side<S> {
         }
     }
 
-    pub fn note_error(&mut self, e: &io::Error) {
+    pub fn note_error(&mut self, e: &io::Error, in_write: bool) {
         if e.kind() == io::ErrorKind::InvalidData && !self.tls_failed {
             self.tls_failed = true;
+            self.failed_in_write = in_write;
             self.alert_lost = self.write_closed || self.peer.raw.is_none();
         }
     }
@@ -246,7 +250,7 @@ impl<S: Server> Side<S> {
                 true
             }
             Some(Poll::Ready(Err(e))) => {
-                self.note_error(&e);
+                self.note_error(&e, false);
                 self.ended = Some(End::Failed(e.kind()));
                 false
             }
@@ -296,7 +300,7 @@ impl<S: Server> Side<S> {
                     done += n;
                 }
                 Some(Poll::Ready(Err(e))) => {
-                    self.note_error(&e);
+                    self.note_error(&e, true);
                     self.write_closed = true;
                     break Outcome::Failed(e.kind(), done);
                 }
@@ -346,7 +350,7 @@ impl<S: Server> Side<S> {
         let outcome = match guarded(|| Pin::new(server).poll_shutdown(&mut cx())) {
             Some(Poll::Ready(Ok(()))) => Outcome::Done(0),
             Some(Poll::Ready(Err(e))) => {
-                self.note_error(&e);
+                self.note_error(&e, true);
                 Outcome::Failed(e.kind(), 0)
             }
             Some(Poll::Pending) => Outcome::Pending(0),
