@@ -238,7 +238,10 @@ fuzz_target!(|data: &[u8]| {
         let excused = ours.shut_after_failure
             && ours_end == ClientEnd::Truncated
             && theirs_end == ClientEnd::CloseNotify;
-        if !ours.alert_lost && !excused {
+        // When ours met the record first, in a write, tokio-rustls meets it later, and its
+        // alert can be the one that no longer reaches the client.
+        let lost = ours.alert_lost || (ours.failed_in_write && theirs.alert_lost);
+        if !lost && !excused {
             assert_eq!(
                 ours_end, theirs_end,
                 "the clients' sides ended differently after a refused record (ours, \
