@@ -241,7 +241,16 @@ fuzz_target!(|data: &[u8]| {
         // When ours met the record first, in a write, tokio-rustls meets it later, and its
         // alert can be the one that no longer reaches the client.
         let lost = ours.alert_lost || (ours.failed_in_write && theirs.alert_lost);
-        if !lost && !excused {
+        // Which alert is sent is rustls' choice, not the stream's (it sends what rustls
+        // queued): for the same error, rustls' buffered connection can choose another one
+        // than its unbuffered API (a record that cannot be decrypted, met after a run of key
+        // updates delivered in pieces: decode_error from the buffered one, bad_record_mac, as
+        // RFC 8446 §5.2 asks, from ours). Both alerts sent, for the same error, agree.
+        let alert =
+            |end: &ClientEnd| matches!(end, ClientEnd::Error(e) if e.starts_with("AlertReceived("));
+        let same_failure = ours.first_error.is_some() && ours.first_error == theirs.first_error;
+        let both_alerted = same_failure && alert(&ours_end) && alert(&theirs_end);
+        if !lost && !excused && !both_alerted {
             assert_eq!(
                 ours_end, theirs_end,
                 "the clients' sides ended differently after a refused record (ours, \

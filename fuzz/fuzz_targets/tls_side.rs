@@ -168,6 +168,8 @@ pub struct Side<S> {
     pub tls_failed: bool,
     /// The first such failure was met by a write or the shutdown, not a read.
     pub failed_in_write: bool,
+    /// rustls' error of that first failure.
+    pub first_error: Option<String>,
     /// `poll_shutdown` was called, or a write failed.
     pub write_closed: bool,
     /// `poll_shutdown` was called after rustls failed.
@@ -216,6 +218,7 @@ impl<S: Server> Side<S> {
             outcomes: Vec::new(),
             tls_failed: false,
             failed_in_write: false,
+            first_error: None,
             write_closed: false,
             alert_lost: false,
             shut_after_failure: false,
@@ -227,7 +230,11 @@ impl<S: Server> Side<S> {
         if e.kind() == io::ErrorKind::InvalidData && !self.tls_failed {
             self.tls_failed = true;
             self.failed_in_write = in_write;
+            self.first_error = Some(e.to_string());
             self.alert_lost = self.write_closed || self.peer.raw.is_none();
+            if std::env::var_os("TLS_DIFFERENTIAL_TRACE").is_some() {
+                eprintln!("first TLS failure (in a write: {in_write}): {e}");
+            }
         }
     }
 
