@@ -242,14 +242,17 @@ fuzz_target!(|data: &[u8]| {
         // alert can be the one that no longer reaches the client.
         let lost = ours.alert_lost || (ours.failed_in_write && theirs.alert_lost);
         // Which alert is sent is rustls' choice, not the stream's (it sends what rustls
-        // queued): for the same error, rustls' buffered connection can choose another one
-        // than its unbuffered API (a record that cannot be decrypted, met after a run of key
-        // updates delivered in pieces: decode_error from the buffered one, bad_record_mac, as
-        // RFC 8446 §5.2 asks, from ours). Both alerts sent, for the same error, agree.
+        // queued), and after injected bytes it can depend on chance: bytes that land inside a
+        // record make what follows them be read as records cut from ciphertext, random on each
+        // connection, and rustls' buffered connection and its unbuffered API do not refuse such
+        // a run at the same check. Seen: bad_record_mac from one side and decode_error from the
+        // other, either way round, not reproduced by a rerun of the same input. So when both
+        // servers failed on a record rustls refused and both clients received an alert, they
+        // agree.
         let alert =
             |end: &ClientEnd| matches!(end, ClientEnd::Error(e) if e.starts_with("AlertReceived("));
-        let same_failure = ours.first_error.is_some() && ours.first_error == theirs.first_error;
-        let both_alerted = same_failure && alert(&ours_end) && alert(&theirs_end);
+        let both_alerted =
+            ours.tls_failed && theirs.tls_failed && alert(&ours_end) && alert(&theirs_end);
         if !lost && !excused && !both_alerted {
             assert_eq!(
                 ours_end, theirs_end,

@@ -168,8 +168,6 @@ pub struct Side<S> {
     pub tls_failed: bool,
     /// The first such failure was met by a write or the shutdown, not a read.
     pub failed_in_write: bool,
-    /// rustls' error of that first failure.
-    pub first_error: Option<String>,
     /// `poll_shutdown` was called, or a write failed.
     pub write_closed: bool,
     /// `poll_shutdown` was called after rustls failed.
@@ -218,7 +216,6 @@ impl<S: Server> Side<S> {
             outcomes: Vec::new(),
             tls_failed: false,
             failed_in_write: false,
-            first_error: None,
             write_closed: false,
             alert_lost: false,
             shut_after_failure: false,
@@ -230,7 +227,6 @@ impl<S: Server> Side<S> {
         if e.kind() == io::ErrorKind::InvalidData && !self.tls_failed {
             self.tls_failed = true;
             self.failed_in_write = in_write;
-            self.first_error = Some(e.to_string());
             self.alert_lost = self.write_closed || self.peer.raw.is_none();
             if std::env::var_os("TLS_DIFFERENTIAL_TRACE").is_some() {
                 eprintln!("first TLS failure (in a write: {in_write}): {e}");
