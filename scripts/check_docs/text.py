@@ -74,7 +74,7 @@ def check_flags(all_docs):
                 if not cmd:
                     continue
                 for w in words[len(cmd):]:
-                    flag = w.split("=", 1)[0]
+                    flag = w.strip("()[]\\").split("=", 1)[0]
                     if not re.fullmatch(r"--[a-z][a-z0-9-]*", flag):
                         continue
                     count("flags")
