@@ -120,8 +120,8 @@ def rust_profile_vars():
     return {v for v in out if not v.startswith("TLS_")}
 
 
-def upstream_auth_files():
-    """Files ironic-image's scripts read under /auth (the pinned tree of check-entrypoints)."""
+def upstream_tree():
+    """The pinned ironic-image tree, found as scripts/check-entrypoints finds it (no clone here)."""
     src = os.environ.get("IRONIC_IMAGE_SRC")
     commit = re.search(r'IRONIC_IMAGE_COMMIT = "([0-9a-f]+)"', read("scripts/check-entrypoints"))
     cache = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
@@ -131,9 +131,13 @@ def upstream_auth_files():
     ]
     for tree in candidates:
         if tree and os.path.isdir(os.path.join(tree, "scripts")):
-            return set(re.findall(r"/auth/[a-z-]+/[A-Za-z0-9._-]+",
-                                  source_text([os.path.join(tree, "scripts", "*")])))
+            return tree
     sys.exit("check-docs: no ironic-image tree (IRONIC_IMAGE_SRC, ../shared/upstream/ironic-image, "
-             "or the clone scripts/check-entrypoints makes): it says which files its scripts read")
+             "or the clone scripts/check-entrypoints makes): it says which files its scripts read "
+             "and which variables it has")
 
 
+def upstream_auth_files():
+    """Files ironic-image's scripts read under /auth."""
+    return set(re.findall(r"/auth/[a-z-]+/[A-Za-z0-9._-]+",
+                          source_text([os.path.join(upstream_tree(), "scripts", "*")])))

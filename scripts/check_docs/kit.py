@@ -12,20 +12,30 @@ import yaml
 
 from .common import (BIN, PROFILES, ROOT, VARIANTS, count, fail, kit_docs, pod_specs,
                      profile_vars, prose_lines, read, rust_profile_vars, source_text,
-                     upstream_auth_files, walk)
+                     upstream_auth_files, upstream_tree, walk)
+
+# Variables of other programs that documents name, with whose they are (no tree of theirs here).
+OTHERS = {"IRONIC_ENDPOINT": "baremetal-operator's Ironic URL"}
 
 
 # ------------------------------------------------------------------ 1, 2, 3: variables
 def check_variables(all_docs, ref):
+    # Ours (IRONIC_PROXY_*, the kit's IRONIC_NO_PROXY) and ironic-image's (IRONIC_*): a name a
+    # document gives must be in this repository's code, profiles, kit or scripts, or in
+    # ironic-image's tree. `$NAME`/`${NAME}` is a shell variable the document itself sets.
     universe = source_text(["src/**/*", "config/**/*", "scripts/*", "tests/**/*", "benches/**/*",
                             "Dockerfile", ".ci/*", "Cargo.toml"])
-    known = set(re.findall(r"IRONIC_PROXY_[A-Z0-9_]*[A-Z0-9]", universe))
+    upstream = source_text([os.path.join(upstream_tree(), "**", "*")])
+    pattern = r"(?<![\w$])(?<!\$\{)IRONIC_[A-Z0-9_]*[A-Z0-9]"
+    known = set(re.findall(r"IRONIC_[A-Z0-9_]*[A-Z0-9]", universe + upstream))
     for path, text in all_docs:
         for n, line, _ in prose_lines(text):
-            for v in re.findall(r"IRONIC_PROXY_[A-Z0-9_]*[A-Z0-9]", line):
+            for v in re.findall(pattern, line):
                 count("variables named")
-                if v not in known:
-                    fail(f"{path}:{n}", f"{v} is read by no code, profile, kit or script")
+                if v in known or v in OTHERS:
+                    continue
+                fail(f"{path}:{n}", f"{v} is in no code, profile, kit or script here, nor in "
+                     "ironic-image")
 
     sec = ref[ref.index("\n## Built-in profiles"):]
     sec = sec[:re.search(r"\n#{2,3} ", sec[4:]).start() + 4]
@@ -89,6 +99,16 @@ def check_site_and_secrets(all_docs):
         count("site keys")
         if f"`{key}`" not in install:
             fail("docs/install.md", f"the site ConfigMap has {key}; the install page does not say it")
+    # And back: every key of install.md's site table (`| key | set it to |`) is in the ConfigMap.
+    start = install.index("| key | set it to |")
+    for n, line in enumerate(install[start:].splitlines()[2:], 1):
+        if not line.startswith("|"):
+            break
+        for key in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]):
+            count("site keys")
+            if key not in site.get("data", {}):
+                fail("docs/install.md", f"the site table names {key}; config/k8s/common/site.yaml "
+                     "has no such key")
 
     paths = set(upstream_auth_files())
     for name, per in profile_vars().items():
