@@ -35,6 +35,12 @@ pub(crate) use upstream::Upstream;
 /// How long any single client operation may block before the test fails instead of hanging.
 pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most a test allows a real process past the time it should act (a timeout, a drain, an
+/// answer "at once"): it only catches a hang. A busy machine can delay any process by seconds,
+/// so exact timing is asserted on tokio's paused clock instead (`src/listen/conn.rs`,
+/// `src/listen/drive/tests.rs`, `tests/it/inmem.rs`).
+pub(crate) const HANG: Duration = Duration::from_secs(10);
+
 /// A temp dir with a CA and a server certificate for `localhost` / `127.0.0.1` in it.
 pub(crate) struct Sandbox {
     pub dir: tempfile::TempDir,
