@@ -198,7 +198,8 @@ fn bodies_over_max_body_bytes_get_413() {
 }
 
 /// A connection that writes `head` one byte every `every` and returns when the proxy closed it
-/// (or `limit` passed): (time to close, bytes the proxy sent).
+/// (or `limit` passed): (time to close, bytes the proxy sent). The time counts from before the
+/// connection is opened, so it is never shorter than the proxy's own count from accept.
 fn trickle(
     rig: &Rig,
     t: Target,
@@ -207,8 +208,8 @@ fn trickle(
     every: Duration,
     limit: Duration,
 ) -> (Option<Duration>, Vec<u8>) {
+    let started = Instant::now();
     rig.with_conn(t, |c| {
-        let started = Instant::now();
         let _ = c.send_raw(prefix);
         for b in trickle.iter().cycle() {
             if started.elapsed() > limit {
@@ -353,8 +354,9 @@ fn idle_connections_are_closed() {
     for t in ALL {
         // Idle after a request: idle_timeout (2 s).
         let took = rig.with_conn(t, |c| {
-            assert_eq!(c.get_path("/once").expect("request").0, 200);
+            // Timed from before the request: the idle clock starts when the answer is written.
             let started = Instant::now();
+            assert_eq!(c.get_path("/once").expect("request").0, 200);
             let (b, closed) = c.drain_for(Duration::from_secs(3) + SLACK);
             assert!(
                 b.is_empty() && closed,

@@ -391,10 +391,11 @@ fn stalled_and_partial_handshakes_are_cut_by_request_head_timeout() {
             ("half a record header", &full[..3]),
             ("part of a ClientHello", &full[..full.len() / 2]),
         ] {
+            // Timed from before the connect: the proxy's clock starts at accept.
+            let started = Instant::now();
             let mut s = TcpStream::connect(rig.addr(t)).expect("connect");
             s.set_read_timeout(Some(Duration::from_secs(3) + SLACK))
                 .expect("timeout");
-            let started = Instant::now();
             s.write_all(sent).expect("send");
             let mut got = Vec::new();
             let _ = s.read_to_end(&mut got);

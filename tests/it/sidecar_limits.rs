@@ -11,8 +11,9 @@ use support::{
     curl, poll_until, python, tls_client_config, HttpConn, Response, Sandbox, Tls, Upstream, HANG,
 };
 
-/// Asserts that a connection was cut no earlier than `lo` seconds (a little under its timeout:
-/// the test's clock starts after the proxy's) and before the timeout plus [`HANG`], a bound
+/// Asserts that a connection was cut no earlier than `lo` seconds (a little under its timeout,
+/// for the timer's rounding; every caller starts its clock before the proxy's) and before the
+/// timeout plus [`HANG`], a bound
 /// that only catches a hang; the exact deadlines are the paused-clock tests' (`src/listen/
 /// conn.rs`: `deadlines_follow_the_connection_state`; `tests/it/inmem.rs`: the slowloris head
 /// and the stalled body).
@@ -219,8 +220,9 @@ fn request_head_timeout_cuts_slowloris_heads_and_stalled_handshakes() {
         .start();
 
     // Slowloris: a header line every 100 ms, never the blank line.
-    let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
+    // Timed from before the connect: the proxy's clock starts at accept.
     let start = Instant::now();
+    let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
     c.send(b"GET /slowloris HTTP/1.1\r\nHost: x\r\n").unwrap();
     let (stop, t) = trickle(c.stream(), b"X-A: b\r\n", Duration::from_millis(100));
     let closed = c.wait_closed(Duration::from_secs(1) + HANG);
@@ -251,8 +253,8 @@ fn request_head_timeout_cuts_slowloris_heads_and_stalled_handshakes() {
             &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01][..],
         ),
     ] {
-        let mut c = HttpConn::tcp(proxy.addr("api")).unwrap();
         let start = Instant::now();
+        let mut c = HttpConn::tcp(proxy.addr("api")).unwrap();
         c.send(bytes).unwrap();
         let (data, closed) = c.drain(Duration::from_secs(1) + HANG);
         assert!(closed, "{what}: stalled handshake must be cut");
@@ -334,8 +336,9 @@ fn idle_keep_alive_connections_are_closed_after_idle_timeout() {
     assert!(idle.is_some(), "idle keep-alive connection must be closed");
     let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
     let mut t = HttpConn::tls(proxy.addr("api"), cfg).unwrap();
-    assert_eq!(t.get("/tls").unwrap().status, 200);
+    // Timed from before the request: the idle clock starts when the answer is written.
     let start = Instant::now();
+    assert_eq!(t.get("/tls").unwrap().status, 200);
     let (data, closed) = t.drain(Duration::from_secs(1) + HANG);
     assert!(
         closed && data.is_empty(),
