@@ -18,8 +18,8 @@
 //! [`PARK_AFTER`]: most connections a sidecar sees carry one request and then wait (a
 //! conductor's JSON-RPC call, an agent's heartbeat, a probe), and a burst of them would
 //! otherwise hold every one's buffers at once for `PARK_AFTER`. A client that sends its second
-//! request right away pays one new hyper connection for it (about 15,000 instructions, once per
-//! connection) and parks after `PARK_AFTER` from then on.
+//! request right away pays one new hyper connection for it (once per connection) and parks after
+//! `PARK_AFTER` from then on.
 
 use super::conn::ConnClock;
 use super::guard::Guard;
@@ -40,11 +40,10 @@ use tokio::time::Instant;
 
 /// How long an HTTP/1.1 connection waits idle before it parks: long enough that a client
 /// sending requests back to back never parks between two of them (waking a parked connection
-/// builds a new hyper connection: about 15,000 instructions, 40 % of a request, callgrind),
-/// short enough that a burst of clients that each send one request and stay connected does not
-/// hold every one's HTTP buffers at once. A connection parks between one and two of these
-/// after its last response was written. At 1 s, 1,000 connections opened at once held 26 KiB
-/// each half a second later; at 100 ms, 18 KiB (`benches/load/run`, "first 1,000 at once").
+/// builds a new hyper connection, a large part of a request's work), short enough that a burst
+/// of clients that each send one request and stay connected does not hold every one's HTTP
+/// buffers at once. A connection parks between one and two of these after its last response
+/// was written (the measurement behind the value: docs/architecture.md, decisions).
 /// The driver checks an unparked connection every `PARK_AFTER`: ten wake-ups a second, next
 /// to the thousands of requests a busy connection carries.
 pub(super) const PARK_AFTER: Duration = Duration::from_millis(100);
@@ -352,10 +351,9 @@ impl<C: Served> Future for Drive<C> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut this = self.project();
         // The drain future is polled once to register with the watch, then only once the watch
-        // has changed (an atomic load): polling it on every wake-up re-read the watch's value
-        // under its lock and re-registered its waker, 100 to 400 of about 37,500 instructions
-        // per keep-alive request (callgrind, docs/benchmarks-history-2026.md round 10). The waker
-        // it registered is this task's, the same on every poll, so the watch still wakes the
+        // has changed (an atomic load): polling it on every wake-up would re-read the watch's
+        // value under its lock and re-register its waker on every request. The waker it
+        // registered is this task's, the same on every poll, so the watch still wakes the
         // connection.
         let changed = !*this.drain_armed || this.shutdown.has_changed().unwrap_or(true);
         if let Some(drain) = this.drain.as_mut().filter(|_| changed) {

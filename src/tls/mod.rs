@@ -45,9 +45,8 @@ pub enum TlsError {
 /// The listeners' provider: [`provider`] with TLS 1.3's `AES_128_GCM_SHA256` first (listeners
 /// choose the suite: `ignore_client_order`). Same 128-bit security level as `AES_256_GCM_SHA384`
 /// (Mozilla's "modern" profile and Go's crypto/tls put it first), but SHA-256 runs on the CPU's
-/// SHA extensions where aws-lc's SHA-384 falls back to generic code on some CPUs (on an AMD
-/// EPYC, 8 % of an mTLS handshake's CPU in a profile), and AES-128 has 10 rounds instead of 14.
-/// docs/benchmarks-history-2026.md has the before/after.
+/// SHA extensions where aws-lc's SHA-384 falls back to generic code on some CPUs, and AES-128
+/// has 10 rounds instead of 14.
 fn listener_provider() -> rustls::crypto::CryptoProvider {
     let mut p = provider();
     if policy::current().orders_suites() {
