@@ -80,16 +80,21 @@ async fn discover(config: &Config, report: &mut Report) -> Vec<String> {
     match local {
         None => report.pass("peers.conductors", "no local Ironic API upstream to ask"),
         Some(addr) => match conductors(addr).await {
-            Ok(list) => {
+            Ok((alive, dead)) => {
+                let dead = if dead.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (not alive, not dialled: {})", dead.join(", "))
+                };
                 report.pass(
                     "peers.conductors",
                     format!(
-                        "Ironic at {addr} lists {} conductor(s): {}",
-                        list.len(),
-                        list.join(", ")
+                        "Ironic at {addr} lists {} live conductor(s): {}{dead}",
+                        alive.len(),
+                        alive.join(", ")
                     ),
                 );
-                hosts.extend(list);
+                hosts.extend(alive);
             }
             Err(e) => report.fail(
                 "peers.conductors",
@@ -117,7 +122,7 @@ async fn discover(config: &Config, report: &mut Report) -> Vec<String> {
 }
 
 /// The conductors' hostnames from Ironic's API on `addr`.
-async fn conductors(addr: &UpstreamAddr) -> Result<Vec<String>, String> {
+async fn conductors(addr: &UpstreamAddr) -> Result<(Vec<String>, Vec<String>), String> {
     let req = format!(
         "GET /v1/conductors HTTP/1.0\r\nHost: localhost\r\nX-OpenStack-Ironic-API-Version: \
          {API_VERSION}\r\nUser-Agent: ironic-proxy-doctor\r\n\r\n"
@@ -149,11 +154,19 @@ async fn conductors(addr: &UpstreamAddr) -> Result<Vec<String>, String> {
         .get("conductors")
         .and_then(serde_json::Value::as_array)
         .ok_or_else(|| "no \"conductors\" list in the answer".to_owned())?;
-    Ok(list
-        .iter()
-        .filter_map(|c| c.get("hostname").and_then(serde_json::Value::as_str))
-        .map(ToOwned::to_owned)
-        .collect())
+    // Only live conductors are in Ironic's hash ring; a dead one is named, not dialled.
+    let (mut alive, mut dead) = (Vec::new(), Vec::new());
+    for c in list {
+        let Some(host) = c.get("hostname").and_then(serde_json::Value::as_str) else {
+            continue;
+        };
+        if c.get("alive").and_then(serde_json::Value::as_bool) == Some(false) {
+            dead.push(host.to_owned());
+        } else {
+            alive.push(host.to_owned());
+        }
+    }
+    Ok((alive, dead))
 }
 
 /// Writes `req`, reads the whole answer (the server closes: HTTP/1.0, or `Connection: close`);
