@@ -47,7 +47,7 @@ mod trim;
 
 // What the binary runs.
 pub use auth::check as check_auth;
-pub use doctor::run as doctor;
+pub use doctor::{run as doctor, Options as DoctorOptions};
 pub use identity::check as check_identity;
 #[doc(hidden)]
 pub use logging::access::Line as AccessLine;

@@ -57,6 +57,10 @@ enum Command {
         /// One JSON object instead of lines.
         #[arg(long)]
         json: bool,
+        /// Also call every peer conductor's JSON-RPC listener over mutual TLS with this
+        /// sidecar's identity, and its own [DEFAULT]host through each egress listener.
+        #[arg(long)]
+        peers: bool,
     },
     /// Operator CA: `ca init`.
     #[command(subcommand)]
@@ -111,13 +115,17 @@ fn main() -> ExitCode {
             }
             check(&source)
         }
-        Command::Doctor { source, json } => {
+        Command::Doctor {
+            source,
+            json,
+            peers,
+        } => {
             if source.config.is_none() && source.profile.is_none() {
                 eprintln!("ironic-proxy: doctor needs --config FILE or --profile NAME");
                 return ExitCode::from(2);
             }
             match source.load() {
-                Ok(c) => doctor(&c, json),
+                Ok(c) => doctor(&c, json, peers),
                 Err(e) => fail(e.as_ref()),
             }
         }
@@ -199,6 +207,19 @@ fn check(source: &Source) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
+    // Before the identity: a SAN outside the CA fails there too, but only this names its cause.
+    // A node that cannot work is refused; one missing from the fallback only warned about.
+    let misfits: Vec<_> = ironic_proxy::config::scale_out(&config, &ProcessEnv)
+        .into_iter()
+        .filter(|f| !f.ok)
+        .collect();
+    for f in &misfits {
+        let level = if f.blocking { "" } else { "warning: " };
+        eprintln!("ironic-proxy: {level}scale-out: {}: {}", f.check, f.detail);
+    }
+    if misfits.iter().any(|f| f.blocking) {
+        return ExitCode::from(1);
+    }
     if let Some(id) = &config.identity {
         if let Err(e) = rt.block_on(ironic_proxy::check_identity(id)) {
             return fail(&e);
@@ -221,7 +242,7 @@ fn check(source: &Source) -> ExitCode {
 }
 
 /// `doctor` with a loaded configuration (from `--config`, or a profile once one is given).
-fn doctor(config: &Config, json: bool) -> ExitCode {
+fn doctor(config: &Config, json: bool, peers: bool) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -229,7 +250,11 @@ fn doctor(config: &Config, json: bool) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
-    let report = rt.block_on(ironic_proxy::doctor(config));
+    let options = ironic_proxy::DoctorOptions {
+        peers,
+        env: &ProcessEnv,
+    };
+    let report = rt.block_on(ironic_proxy::doctor(config, &options));
     print!("{}", if json { report.json() } else { report.text() });
     if report.passed() {
         ExitCode::SUCCESS

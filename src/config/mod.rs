@@ -14,6 +14,7 @@ pub mod profile;
 mod raw;
 mod render;
 mod routes;
+mod scale;
 #[cfg(test)]
 mod tests;
 mod upstream;
@@ -24,6 +25,7 @@ pub use egress::EgressConfig;
 pub use interp::{expand, Env, InterpError, ProcessEnv};
 pub use listener::{ListenAddr, ListenerConfig, UpstreamAddr, UpstreamConfig};
 pub use routes::{Find, PathPattern, RouteConfig};
+pub use scale::{scale_out, ScaleFinding};
 
 use identity::identity_from_raw;
 use listener::listener_from_raw;

@@ -31,6 +31,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use ca::{generate_ca, CaSpec, GeneratedCa};
+pub(crate) use constraints::{NameConstraints, San};
 pub(crate) use der::rfc3339;
 pub use issuer::Issuer;
 pub use leaf::{issue_leaf, IssuedLeaf, LeafRequest};
