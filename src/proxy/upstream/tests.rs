@@ -8,7 +8,7 @@ use tokio::net::UnixStream;
 /// A pooled connection over a unix socket pair, and the pair's far end.
 fn connection() -> (Box<Connection>, UnixStream) {
     let (near, far) = UnixStream::pair().expect("a socket pair");
-    (Connection::new(Conn::Unix(near), None), far)
+    (Connection::new(Conn::Unix(near), None, 0), far)
 }
 
 /// Lets the I/O driver see what happened on the sockets.
@@ -116,7 +116,7 @@ fn absolute_form_targets_become_origin_form_with_a_path() {
 
 #[tokio::test(start_paused = true)]
 async fn idle_connections_are_reused_most_recent_first_until_they_expire() {
-    let idle = Idle::new(Slots::new(0));
+    let idle = Idle::new(Slots::new(0), None);
     let (a, _far_a) = connection();
     let (b, _far_b) = connection();
     settle().await;
@@ -139,7 +139,7 @@ async fn idle_connections_are_reused_most_recent_first_until_they_expire() {
 
 #[tokio::test(start_paused = true)]
 async fn expired_idle_connections_are_closed_without_waiting_for_a_request() {
-    let idle = Idle::new(Slots::new(0));
+    let idle = Idle::new(Slots::new(0), None);
     let (a, mut far_a) = connection();
     let (b, _far_b) = connection();
     idle.put(a);
@@ -162,7 +162,7 @@ async fn expired_idle_connections_are_closed_without_waiting_for_a_request() {
 
 #[tokio::test(start_paused = true)]
 async fn a_connection_the_server_closed_or_wrote_to_is_never_handed_out() {
-    let idle = Idle::new(Slots::new(0));
+    let idle = Idle::new(Slots::new(0), None);
     let (a, far_a) = connection();
     let (b, far_b) = connection();
     idle.put(a);
@@ -178,7 +178,7 @@ async fn a_connection_the_server_closed_or_wrote_to_is_never_handed_out() {
 
 /// A response body over a socket pair, with the far end to write the upstream's bytes.
 fn body(framing: BodyKind, keep_alive: bool) -> (UpstreamBody, UnixStream, Arc<Idle>) {
-    let idle = Arc::new(Idle::new(Slots::new(0)));
+    let idle = Arc::new(Idle::new(Slots::new(0), None));
     let (conn, far) = connection();
     let body = UpstreamBody::new(
         conn,
