@@ -199,7 +199,10 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
                     Ok(cfg) => {
                         target.current.store(cfg);
                         // After the store (Release): see `load_with_generation`.
-                        target.generation.fetch_add(1, Ordering::Release);
+                        let generation = target.generation.fetch_add(1, Ordering::Release) + 1;
+                        // From here on new handshakes, and live connections at their next
+                        // request, follow the new identity: the moment a rotation takes effect.
+                        tracing::info!(%what, generation, serial = %material.serial, "TLS configuration follows the new identity");
                     }
                     Err(e) => {
                         tracing::warn!(%what, error = %crate::error::chain(&e), "keeping the previous TLS configuration")
