@@ -156,4 +156,4 @@ impl LiveChain {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -160,6 +160,74 @@ async fn expired_idle_connections_are_closed_without_waiting_for_a_request() {
     );
 }
 
+#[tokio::test]
+async fn a_connection_made_with_a_replaced_identity_is_never_handed_out_again() {
+    use crate::tls::peer::PeerTls;
+    use crate::tls::trust::tests::{ca, material};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = ca("ca");
+    let (tx, rx) = tokio::sync::watch::channel(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
+    let (client, follower) =
+        crate::tls::Reloadable::follow(rx, "peers".to_owned(), crate::tls::peer::client_config)
+            .expect("client configuration");
+    let name = rustls_pki_types::ServerName::try_from("ironic-0.ironic.test").expect("name");
+    let tls = PeerTls::new(client.clone(), name);
+    let idle = Idle::new(Slots::new(0), Some(tls.clone()));
+    let made = |generation| {
+        let (near, far) = UnixStream::pair().expect("a socket pair");
+        (Connection::new(Conn::Unix(near), None, generation), far)
+    };
+    let (a, _far_a) = made(tls.generation());
+    let (b, _far_b) = made(tls.generation());
+    let (c, _far_c) = made(tls.generation());
+    idle.put(a);
+    idle.put(c);
+    let a = idle.take().expect("made with the current identity");
+
+    // A renewal: the follower stores the new client configuration.
+    let before = tls.generation();
+    tx.send_replace(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
+    for _ in 0..10_000 {
+        if tls.generation() != before {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_ne!(tls.generation(), before, "the follower stored the renewal");
+    assert!(
+        idle.take().is_none(),
+        "the idle one is dropped, not handed out"
+    );
+    idle.put(a);
+    idle.put(b);
+    assert_eq!(
+        pooled(&idle),
+        0,
+        "one coming back from its request is dropped"
+    );
+    let (d, _far_d) = made(tls.generation());
+    idle.put(d);
+    assert!(
+        idle.take().is_some(),
+        "made after the renewal: pooled and reused"
+    );
+    // The sweep drops outdated ones that were pooled before a change.
+    let (e, _far_e) = made(tls.generation());
+    idle.put(e);
+    let before = tls.generation();
+    tx.send_replace(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
+    for _ in 0..10_000 {
+        if tls.generation() != before {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_ne!(tls.generation(), before, "the follower stored the renewal");
+    idle.close_expired();
+    assert_eq!(pooled(&idle), 0, "the sweep closes it");
+    follower.abort();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_connection_the_server_closed_or_wrote_to_is_never_handed_out() {
     let idle = Idle::new(Slots::new(0), None);

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 use tokio::sync::watch;
 
-fn ca(name: &str) -> GeneratedCa {
+pub(crate) fn ca(name: &str) -> GeneratedCa {
     generate_ca(&CaSpec {
         name: name.to_owned(),
         ..CaSpec::default()
@@ -19,7 +19,7 @@ fn ca(name: &str) -> GeneratedCa {
 }
 
 /// An identity generation issued by `issuer`, trusting `trust` (PEM), as the rotator makes it.
-fn material(dir: &Path, issuer: &GeneratedCa, trust: &str) -> Material {
+pub(crate) fn material(dir: &Path, issuer: &GeneratedCa, trust: &str) -> Material {
     let (cert, key, bundle) = (
         dir.join("issuer.crt"),
         dir.join("issuer.key"),
