@@ -198,3 +198,74 @@ fn after_a_renewal_the_next_request_through_the_egress_presents_the_new_certific
     );
     assert_eq!(peer.handshake_failures(), 0);
 }
+
+#[test]
+fn an_http2_connection_of_a_ca_dropped_from_trust_is_answered_then_sent_goaway_and_closed() {
+    let sb = Sandbox::new();
+    let ca2 = Ca::new("ironic-proxy second test CA");
+    rename_over(&sb.path("ca.crt"), &format!("{}{}", sb.ca.pem, ca2.pem));
+    let up = Upstream::start(&sb.socket("api"));
+    let proxy = sb
+        .proxy()
+        .listener("api", Tls::Mutual, &up.address())
+        .watch_interval("100ms")
+        .start();
+    let addr = proxy.addr("api");
+    let leaf = sb.ca.client_leaf(&["conductor-1.ironic.test"]);
+    let cfg = tls_client_config(&sb.ca.pem, Some(&leaf), &[b"h2"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
+        let tls = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await
+            .expect("handshake");
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .expect("HTTP/2 handshake");
+        let mut conn = tokio::spawn(conn);
+        let get = |path: &str| {
+            http::Request::get(format!("https://localhost{path}"))
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .expect("request")
+        };
+        let r = sender.send_request(get("/h2/1")).await.expect("answered");
+        assert_eq!(r.status(), 200);
+
+        rename_over(&sb.path("ca.crt"), &ca2.pem);
+        proxy
+            .wait_log(IO_TIMEOUT, |l| {
+                l.contains("TLS configuration follows the new identity") && l.contains("api")
+            })
+            .expect("the listener follows the new trust");
+
+        let r = sender.send_request(get("/h2/2")).await.expect("answered");
+        assert_eq!(r.status(), 200, "the request in flight is served");
+        let ended = tokio::time::timeout(IO_TIMEOUT, &mut conn).await;
+        assert!(
+            matches!(ended, Ok(Ok(Ok(())))),
+            "the proxy ends the connection gracefully (GOAWAY, then close): {ended:?}"
+        );
+        assert!(
+            sender.send_request(get("/h2/3")).await.is_err(),
+            "no request after the close"
+        );
+    });
+    assert_eq!(
+        proxy.metric(
+            "ironic_proxy_untrusted_connections_closed_total",
+            &[("listener", "api")]
+        ),
+        1.0
+    );
+    let paths: Vec<String> = up.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/h2/1", "/h2/2"]);
+}
