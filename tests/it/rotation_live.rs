@@ -8,6 +8,7 @@
 //! Both wait for the event that says the change took effect (the listener's or the egress's
 //! "TLS configuration follows the new identity" log line), never for time.
 
+use crate::support;
 use crate::support::backend::{bind_same_port, Backend, BackendTls};
 use crate::support::node::{self, Node};
 use crate::support::{tls_client_config, Ca, HttpConn, Sandbox, Tls, Upstream, IO_TIMEOUT};
@@ -268,4 +269,108 @@ fn an_http2_connection_of_a_ca_dropped_from_trust_is_answered_then_sent_goaway_a
     );
     let paths: Vec<String> = up.requests().iter().map(|r| r.path.clone()).collect();
     assert_eq!(paths, ["/h2/1", "/h2/2"]);
+}
+
+/// Ironic's JSON-RPC client as it runs: Python `requests`, one `Session` (urllib3's keep-alive
+/// pool), client certificate from files. It is answered once more after the trust drops its CA,
+/// told the connection closes, and its next call (on a new connection) is refused at the
+/// handshake: a busy client is cut off within one request.
+#[test]
+fn a_python_requests_session_of_a_ca_dropped_from_trust_is_cut_off_after_one_request() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    const SCRIPT: &str = r#"
+import json, sys, requests
+url, ca, crt, key = sys.argv[1:5]
+s = requests.Session()
+def call(i):
+    try:
+        r = s.post(url, json={"jsonrpc": "2.0", "method": "m", "id": i}, cert=(crt, key),
+                   verify=ca, timeout=10)
+        return {"status": r.status_code, "connection": r.headers.get("connection")}
+    except requests.exceptions.SSLError as e:
+        return {"error": "SSLError", "detail": str(e)[:300]}
+    except requests.RequestException as e:
+        return {"error": type(e).__name__ + ": " + str(e)[:200]}
+print(json.dumps(call(1)), flush=True)
+sys.stdin.readline()
+print(json.dumps(call(2)), flush=True)
+print(json.dumps(call(3)), flush=True)
+"#;
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("rpc"));
+    let ca2 = Ca::new("ironic-proxy second test CA");
+    let proxy = sb
+        .proxy()
+        .listener("json-rpc", Tls::Mutual, &up.address())
+        .watch_interval("100ms")
+        .start();
+    let (crt, key) = sb.client_files(&sb.ca.client_leaf(&["conductor-1.ironic.test"]), "c1");
+    // The client keeps trusting the proxy's CA; only the proxy's trust changes.
+    let client_ca = sb.path("client-ca.crt");
+    std::fs::write(&client_ca, &sb.ca.pem).expect("write");
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg(proxy.url("json-rpc", "/"))
+        .arg(&client_ca)
+        .args([&crt, &key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = || {
+        let mut l = String::new();
+        out.read_line(&mut l).expect("a line from python");
+        support::json_object(&l)
+    };
+    let first = line();
+    assert_eq!(
+        first.get("status").map(String::as_str),
+        Some("200"),
+        "{first:?}"
+    );
+
+    rename_over(&sb.path("ca.crt"), &ca2.pem);
+    proxy
+        .wait_log(IO_TIMEOUT, |l| {
+            l.contains("TLS configuration follows the new identity") && l.contains("json-rpc")
+        })
+        .expect("the listener follows the new trust");
+    child
+        .stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("tell python");
+    let second = line();
+    assert_eq!(
+        second.get("status").map(String::as_str),
+        Some("200"),
+        "answered once more: {second:?}"
+    );
+    assert_eq!(
+        second.get("connection").map(String::as_str),
+        Some("close"),
+        "{second:?}"
+    );
+    let third = line();
+    assert_eq!(
+        third["error"], "SSLError",
+        "refused at its handshake: {third:?}"
+    );
+    // The proxy's alert (its certificate still verifies for the client): the refusal is the
+    // proxy's, not the client's.
+    let detail = third.get("detail").cloned().unwrap_or_default();
+    assert!(
+        detail.contains("alert") && !detail.contains("CERTIFICATE_VERIFY_FAILED"),
+        "{detail}"
+    );
+    assert!(child.wait().expect("python3 exits").success());
+    assert_eq!(
+        up.requests().len(),
+        2,
+        "the third call never reached Ironic"
+    );
 }
