@@ -258,7 +258,7 @@ impl Server {
                     let http2 = lc.http2;
                     let (reloadable, task) =
                         ReloadableServer::follow(id.subscribe(), lc.name.clone(), move |m| {
-                            tls::server_config(m, mode, http2)
+                            tls::listener_tls(m, mode, http2)
                         })?;
                     tasks.add(&task);
                     Some(reloadable)

@@ -317,6 +317,9 @@ pin_project_lite::pin_project! {
         shutdown: watch::Receiver<bool>,
         // `drain` has been polled once, so its waker is registered with the watch.
         drain_armed: bool,
+        // The connection was told to end after its requests in flight because the clock asked
+        // for it (an untrusted client chain, see `tls::trust`).
+        closed_early: bool,
     }
 }
 
@@ -341,6 +344,7 @@ impl<C: Served> Drive<C> {
             }),
             shutdown,
             drain_armed: false,
+            closed_early: false,
         }
     }
 }
@@ -366,6 +370,13 @@ impl<C: Served> Future for Drive<C> {
         loop {
             if this.conn.as_mut().poll_serve(cx).is_ready() {
                 return Poll::Ready(());
+            }
+            // Asked for by the service while hyper was polled just now: the same graceful end
+            // as a drain, and hyper polled again to act on it.
+            if !*this.closed_early && this.clock.close_requested() {
+                *this.closed_early = true;
+                this.conn.as_mut().graceful();
+                continue;
             }
             if this.conn.as_mut().woke() {
                 // Checked every PARK_AFTER again, as before it parked.

@@ -36,6 +36,7 @@ mod jsonrpc_visibility;
 mod memory_trim;
 mod pki_cli;
 mod profiles;
+mod rotation_live;
 mod routes_auth;
 mod routes_find;
 mod sidecar_admin;

@@ -142,9 +142,9 @@ impl Endpoint {
         Self {
             label: name.as_str().into(),
             name,
+            idle: Arc::new(Idle::new(Slots::new(limits.connections), tls.clone())),
             connector: Connector::new(addr.clone(), tls),
             addr,
-            idle: Arc::new(Idle::new(Slots::new(limits.connections))),
             max_head: limits.max_response_head.max(8192) * 2,
             in_flight: AtomicUsize::new(0),
             authority: http::HeaderValue::from_str(&authority)
@@ -293,8 +293,8 @@ impl Endpoint {
 
     /// A new connection, holding `slot` (its place under the bound) until it closes.
     async fn connect(&self, slot: Option<Slot>) -> Result<Box<Connection>, SendError> {
-        let io = self.connector.connect().await.map_err(SendError::Connect)?;
-        Ok(Connection::new(io, slot))
+        let (io, generation) = self.connector.connect().await.map_err(SendError::Connect)?;
+        Ok(Connection::new(io, slot, generation))
     }
 
     /// Connections open to this endpoint now, idle or carrying a request.
