@@ -10,7 +10,9 @@
 //!   writes and ironic-image's httpd reads) for a generated password;
 //! - `ironic-proxy-egress`: `credentials`, `ironic:<48 hex digits>`, URL-safe because Ironic
 //!   carries it inside its `HTTP_PROXY` URL;
-//! - `ironic-mariadb`: `username`, `password` (Ironic's database account).
+//! - `ironic-mariadb`: `username`, `password` (Ironic's database account);
+//! - with `--api-credentials-secret NAME`: NAME with `username`, `password`, `htpasswd`, for
+//!   API clients (baremetal-operator, the Ironic standalone operator recipe).
 //!
 //! Generated passwords come from the AWS-LC random generator (the process's one crypto module)
 //! and are shown once, on stderr, never on stdout: the manifests can go to a file or a pipe
@@ -58,6 +60,12 @@ pub struct SecretsArgs {
     /// password is generated and shown once on stderr, for the account to be created with.
     #[arg(long, value_name = "FILE")]
     pub db_password_file: Option<PathBuf>,
+    /// Also print a Secret NAME with the API's `username`, `password` and `htpasswd`, for API
+    /// clients that read credentials from a Secret (Metal3's baremetal-operator; the Ironic
+    /// standalone operator's spec.apiCredentialsName, e.g. ironic-api-credentials). The
+    /// password is then stored in that Secret as well.
+    #[arg(long, value_name = "NAME")]
+    pub api_credentials_secret: Option<String>,
 }
 
 /// What `kit secrets` refuses, each naming the input at fault.
@@ -65,6 +73,8 @@ pub struct SecretsArgs {
 pub enum KitError {
     #[error("--namespace {0:?} is not a Kubernetes namespace name (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63)")]
     Namespace(String),
+    #[error("--api-credentials-secret {0:?} is not a Secret name of its own (lowercase RFC 1123, not one of the kit's four)")]
+    SecretName(String),
     #[error(
         "--{flag} {value:?} is not a usable user name (1-64 of letters, digits, '.', '_', '-')"
     )]
@@ -124,6 +134,9 @@ pub struct Secrets {
 /// Builds every Secret from `args`, or fails before producing any.
 pub fn secrets(args: &SecretsArgs) -> Result<Secrets, KitError> {
     check_namespace(&args.namespace)?;
+    if let Some(name) = &args.api_credentials_secret {
+        check_secret_name(name)?;
+    }
     check_user("api-user", &args.api_user)?;
     check_user("db-user", &args.db_user)?;
     let ca = ca_files(&args.ca_dir)?;
@@ -140,12 +153,12 @@ pub fn secrets(args: &SecretsArgs) -> Result<Secrets, KitError> {
     let ns = &args.namespace;
     let mut manifests = String::new();
     secret(&mut manifests, ns, "ironic-proxy-ca", &ca);
-    let entry = format!("{}:{htpasswd}\n", args.api_user);
+    let entry = entry_for(&args.api_user, &htpasswd);
     secret(
         &mut manifests,
         ns,
         "ironic-htpasswd",
-        &[("htpasswd", entry.into_bytes())],
+        &[("htpasswd", entry)],
     );
     secret(
         &mut manifests,
@@ -158,10 +171,21 @@ pub fn secrets(args: &SecretsArgs) -> Result<Secrets, KitError> {
         ("password", db_password.clone().into_bytes()),
     ];
     secret(&mut manifests, ns, "ironic-mariadb", &db);
+    let shown = match &args.api_credentials_secret {
+        Some(name) => {
+            let creds = [
+                ("username", args.api_user.clone().into_bytes()),
+                ("password", api_password.clone().into_bytes()),
+                ("htpasswd", entry_for(&args.api_user, &htpasswd)),
+            ];
+            secret(&mut manifests, ns, name, &creds);
+            format!("shown once here; also in the Secret {name}")
+        }
+        None => "shown once; only their bcrypt hash is in the Secret ironic-htpasswd".to_owned(),
+    };
 
     let mut notes = vec![format!(
-        "API credentials (shown once; only their bcrypt hash is in the Secret ironic-htpasswd): \
-         user {} password {api_password}",
+        "API credentials ({shown}): user {} password {api_password}",
         args.api_user
     )];
     if args.db_password_file.is_none() {
@@ -172,6 +196,11 @@ pub fn secrets(args: &SecretsArgs) -> Result<Secrets, KitError> {
         ));
     }
     Ok(Secrets { manifests, notes })
+}
+
+/// The htpasswd file: one line, `user:hash`.
+fn entry_for(user: &str, hash: &str) -> Vec<u8> {
+    format!("{user}:{hash}\n").into_bytes()
 }
 
 /// One `v1/Secret` document; every value base64 in `data`, so no content needs YAML quoting.
@@ -249,6 +278,24 @@ fn check_namespace(ns: &str) -> Result<(), KitError> {
         Ok(())
     } else {
         Err(KitError::Namespace(ns.to_owned()))
+    }
+}
+
+/// A Secret's name: an RFC 1123 subdomain, none of the kit's own.
+fn check_secret_name(name: &str) -> Result<(), KitError> {
+    let ok = (1..=253).contains(&name.len())
+        && name.split('.').all(|label| check_namespace(label).is_ok())
+        && ![
+            "ironic-proxy-ca",
+            "ironic-htpasswd",
+            "ironic-proxy-egress",
+            "ironic-mariadb",
+        ]
+        .contains(&name);
+    if ok {
+        Ok(())
+    } else {
+        Err(KitError::SecretName(name.to_owned()))
     }
 }
 

@@ -246,6 +246,40 @@ fn kit_secrets_takes_an_existing_database_password() {
 }
 
 #[test]
+fn kit_secrets_prints_api_credentials_for_clients_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ca_init(&ca);
+    let (stdout, stderr) = ok(&ironic_proxy(&[
+        "kit",
+        "secrets",
+        "--namespace",
+        "metal3",
+        "--ca-dir",
+        s(&ca),
+        "--api-credentials-secret",
+        "ironic-api-credentials",
+    ]));
+    let secrets = parse(&stdout);
+    assert_eq!(secrets.len(), 5);
+    let creds = &secrets["ironic-api-credentials"].1;
+    assert_eq!(
+        creds.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["htpasswd", "password", "username"]
+    );
+    assert_eq!(creds["username"], b"ironic");
+    assert_eq!(
+        creds["password"],
+        shown_password(&stderr, "API credentials").as_bytes()
+    );
+    assert_eq!(creds["htpasswd"], secrets["ironic-htpasswd"].1["htpasswd"]);
+    assert!(
+        stderr.contains("also in the Secret ironic-api-credentials"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn kit_secrets_refuses_bad_input_with_one_line_and_no_manifest() {
     let tmp = tempfile::tempdir().unwrap();
     let ca = tmp.path().join("ca");
@@ -262,6 +296,10 @@ fn kit_secrets_refuses_bad_input_with_one_line_and_no_manifest() {
         line.contains("\"Metal3\" is not a Kubernetes namespace name"),
         "{line}"
     );
+    for name in ["ironic-htpasswd", "Bad_Name", "a..b"] {
+        let line = run("metal3", &ca, &["--api-credentials-secret", name]);
+        assert!(line.contains("is not a Secret name of its own"), "{line}");
+    }
     let line = run("metal3", &ca, &["--api-user", "a:b"]);
     assert!(line.contains("--api-user \"a:b\""), "{line}");
     let line = run("metal3", &tmp.path().join("missing"), &[]);
