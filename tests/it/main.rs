@@ -33,6 +33,7 @@ mod identity_failures;
 mod identity_rotation;
 mod inmem;
 mod jsonrpc_visibility;
+mod kit_cli;
 mod memory_trim;
 mod pki_cli;
 mod profiles;
