@@ -41,23 +41,23 @@ pub(super) fn assemble(tree: &mut toml::Value, env: &dyn Env, origins: &mut Orig
         (None, Some(ips)) => (format!("{ips},127.0.0.1"), "POD_IPS"),
         (None, None) => return,
     };
-    let items = value
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let bare = p
-                .strip_prefix('[')
-                .and_then(|p| p.strip_suffix(']'))
-                .unwrap_or(p);
-            let item = match bare.parse::<IpAddr>() {
-                Ok(ip) => SocketAddr::new(ip, port).to_string(),
-                // Anything else is typed by the config parser, whose error names the variable.
-                Err(_) => p.to_owned(),
-            };
-            toml::Value::String(item.replace('$', "$$"))
-        })
-        .collect();
+    let mut items: Vec<toml::Value> = Vec::new();
+    for p in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bare = p
+            .strip_prefix('[')
+            .and_then(|p| p.strip_suffix(']'))
+            .unwrap_or(p);
+        let item = match bare.parse::<IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, port).to_string(),
+            // Anything else is typed by the config parser, whose error names the variable.
+            Err(_) => p.to_owned(),
+        };
+        let item = toml::Value::String(item.replace('$', "$$"));
+        // POD_IPS may hold 127.0.0.1 itself (a test, a one-node lab): bound once.
+        if !items.contains(&item) {
+            items.push(item);
+        }
+    }
     admin.insert("listen".into(), toml::Value::Array(items));
     origins.keys.push(("admin.listen".to_owned(), from));
 }
@@ -114,6 +114,10 @@ mod tests {
                 "[fd00:1101::21]:9902",
                 "127.0.0.1:9902"
             ]
+        );
+        assert_eq!(
+            listen("sidecar", &[("POD_IPS", "127.0.0.1")]),
+            ["127.0.0.1:9901"]
         );
         let mut e = env(&[]);
         e.remove("POD_IPS");
