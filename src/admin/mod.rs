@@ -8,6 +8,7 @@
 
 mod token;
 
+pub use token::check as check_token;
 pub(crate) use token::MetricsToken;
 pub(crate) use token::TokenError;
 

@@ -132,6 +132,15 @@ impl MetricsToken {
     }
 }
 
+/// Reads the token file once (`ironic-proxy check`).
+pub fn check(path: &Path) -> Result<(), TokenError> {
+    let bytes = std::fs::read(path).map_err(|source| TokenError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(path, &bytes).map(|_| ())
+}
+
 /// The digest of the token the file holds.
 fn parse(path: &Path, bytes: &[u8]) -> Result<[u8; 32], TokenError> {
     let mut token = bytes;

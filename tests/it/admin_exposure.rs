@@ -202,7 +202,7 @@ fn a_changed_token_file_is_followed_and_a_broken_one_keeps_the_last_token() {
 }
 
 #[test]
-fn a_missing_token_file_stops_the_start_with_its_name() {
+fn a_missing_or_bad_token_file_stops_check_and_run_with_its_name() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
     let (config, old, _) = sb
@@ -218,13 +218,24 @@ fn a_missing_token_file_stops_the_start_with_its_name() {
         ),
     );
     std::fs::write(&config, text).unwrap();
-    let out = command(&["run", "--config", config.to_str().unwrap()], &[], &[]);
+    for cmd in ["check", "run"] {
+        let out = command(&[cmd, "--config", config.to_str().unwrap()], &[], &[]);
+        assert_eq!(out.code, Some(1), "{cmd}: {out:?}");
+        assert!(
+            out.stderr.contains(&format!(
+                "admin.bearer_token_file: cannot read {}",
+                missing.display()
+            )),
+            "{cmd}: {}",
+            out.stderr
+        );
+    }
+    // A file that holds no token is refused as clearly.
+    std::fs::write(&missing, "two words\n").unwrap();
+    let out = command(&["check", "--config", config.to_str().unwrap()], &[], &[]);
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(
-        out.stderr.contains(&format!(
-            "admin.bearer_token_file: cannot read {}",
-            missing.display()
-        )),
+        out.stderr.contains("is not one bearer token (byte 3"),
         "{}",
         out.stderr
     );
