@@ -240,3 +240,109 @@ fn a_missing_or_bad_token_file_stops_check_and_run_with_its_name() {
         out.stderr
     );
 }
+
+/// The sidecar profile's default, in a network namespace of its own with two pod IPs and an
+/// address of the provisioning network on its loopback (needs root and `unshare`, like the
+/// other namespace tests): the admin endpoints answer on the pod IPs and 127.0.0.1, nothing on
+/// the provisioning address; `/metrics` needs the token.
+#[test]
+fn the_sidecar_profile_serves_admin_on_the_pod_ips_and_loopback_not_the_provisioning_network() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca");
+    support::node::ca_init(&ca, &[]);
+    let token = dir.path().join("metrics-token");
+    write_token(&token, "profile-token");
+    let s = |p: &Path| p.display().to_string();
+    let env = [
+        ("POD_NAME", "ironic-0".to_owned()),
+        ("POD_NAMESPACE", "metal3".to_owned()),
+        ("POD_IPS", "10.9.0.5,fd00:9::5".to_owned()),
+        ("IRONIC_PROXY_PEER_CIDRS", "10.9.0.0/24".to_owned()),
+        ("IRONIC_PROXY_TRUST", s(&ca.join("ca.crt"))),
+        ("IRONIC_PROXY_ISSUER_DIR", s(&ca)),
+        ("IRONIC_PROXY_EXPORT_DIR", s(&dir.path().join("export"))),
+        (
+            "IRONIC_PROXY_API_SOCKET",
+            s(&dir.path().join("ironic.sock")),
+        ),
+        (
+            "IRONIC_PROXY_RPC_SOCKET",
+            s(&dir.path().join("json-rpc.sock")),
+        ),
+        ("IRONIC_PROXY_PEERS", "none".to_owned()),
+        ("IRONIC_PROXY_HTPASSWD", "none".to_owned()),
+        ("IRONIC_PROXY_METRICS_TOKEN_FILE", s(&token)),
+    ];
+    let script = "set -e; ip link set lo up; ip addr add 10.9.0.5/32 dev lo; \
+                  ip addr add 172.22.0.5/32 dev lo; ip addr add fd00:9::5/128 dev lo nodad; \
+                  exec \"$0\" run --profile sidecar";
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "--net",
+        "sh",
+        "-c",
+        script,
+        env!("CARGO_BIN_EXE_ironic-proxy"),
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    for k in support::role::PROFILE_VARS
+        .iter()
+        .chain(&["IRONIC_PROXY_ADMIN_LISTEN", "IRONIC_PROXY_BIND"])
+    {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    let mut child = cmd.spawn().expect("unshare");
+    // `unshare` without --fork and `exec` keep one PID: the proxy's, in the new namespace.
+    let netns = format!("--net=/proc/{}/ns/net", child.id());
+    let get = |url: &str, extra: &[&str]| {
+        let mut args = vec![
+            netns.as_str(),
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "-o",
+            "/dev/null",
+        ];
+        args.extend_from_slice(&["-w", "%{http_code}"]);
+        args.extend_from_slice(extra);
+        args.push(url);
+        support::run(std::process::Command::new("nsenter").args(&args), b"")
+    };
+    let up = support::poll_until(Duration::from_secs(20), || {
+        (get("http://127.0.0.1:9901/healthz", &[]).stdout == "200").then_some(())
+    });
+    let seen = [
+        get("http://10.9.0.5:9901/healthz", &[]),
+        get("http://[fd00:9::5]:9901/readyz", &[]),
+        get("http://172.22.0.5:9901/healthz", &[]),
+        get("http://10.9.0.5:9901/metrics", &[]),
+        get(
+            "http://10.9.0.5:9901/metrics",
+            &["--oauth2-bearer", "profile-token"],
+        ),
+    ];
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        up.is_some(),
+        "the sidecar's admin listener never answered on 127.0.0.1:9901"
+    );
+    let codes: Vec<(&str, Option<i32>)> =
+        seen.iter().map(|o| (o.stdout.as_str(), o.code)).collect();
+    assert_eq!(
+        codes,
+        [
+            ("200", Some(0)),
+            ("200", Some(0)),
+            // Connection refused: nothing listens on the provisioning network's address.
+            ("000", Some(7)),
+            ("401", Some(0)),
+            ("200", Some(0)),
+        ],
+        "{seen:#?}"
+    );
+}
