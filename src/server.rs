@@ -280,7 +280,8 @@ impl Server {
                 metrics.clone(),
             ));
         }
-        // Every address is bound before any is served: a start-up error binds nothing.
+        // Every admin address is bound before any is served: a failed bind stops the start with
+        // none of them answering.
         let mut admin_addrs = Vec::new();
         if let Some(a) = &config.admin {
             let token = match &a.bearer_token_file {
