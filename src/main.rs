@@ -220,6 +220,14 @@ fn check(source: &Source) -> ExitCode {
             return fail(&e);
         }
     }
+    if let Some(Err(e)) = config
+        .admin
+        .as_ref()
+        .and_then(|a| a.bearer_token_file.as_deref())
+        .map(ironic_proxy::check_metrics_token)
+    {
+        return fail(&e);
+    }
     for (index, l) in config.listeners.iter().enumerate() {
         if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::check_auth(index, a)) {
             return fail(&e);

@@ -37,7 +37,9 @@ pub(super) struct RawIdentity {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAdmin {
-    pub listen: String,
+    /// An address or a list of them; typed in `super::admin`.
+    pub listen: toml::Value,
+    pub bearer_token_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,6 +10,7 @@
 mod support;
 
 mod access_log_flush;
+mod admin_exposure;
 mod adversarial_framing;
 mod adversarial_h2;
 mod adversarial_headers;
