@@ -210,6 +210,10 @@ def effective(profile, container_env, tmp):
                 "IRONIC_PROXY_EXPORT_DIR": f"{tmp}/export", "IRONIC_PROXY_HTPASSWD": "none"})
     if "IRONIC_PROXY_EGRESS_CREDENTIALS" in env:
         env["IRONIC_PROXY_EGRESS_CREDENTIALS"] = f"{tmp}/credentials"
+    if "IRONIC_PROXY_METRICS_TOKEN_FILE" in env:
+        with open(f"{tmp}/metrics-token", "w") as f:
+            f.write("sample-token\n")
+        env["IRONIC_PROXY_METRICS_TOKEN_FILE"] = f"{tmp}/metrics-token"
     run = subprocess.run([BIN, "check", "--profile", profile], env=env, capture_output=True,
                          text=True, timeout=60)
     if run.returncode != 0:
@@ -219,7 +223,12 @@ def effective(profile, container_env, tmp):
         PROFILE_TABLES.setdefault(table, {})[profile] = cfg.get(table, {})
     ports = {l["name"]: int(l["listen"].rsplit(":", 1)[1]) for l in cfg.get("listeners", [])}
     if "admin" in cfg:
-        ports["admin"] = int(cfg["admin"]["listen"].rsplit(":", 1)[1])
+        listen = cfg["admin"]["listen"]
+        listen = listen if isinstance(listen, list) else [listen]
+        admin_ports = {int(a.rsplit(":", 1)[1]) for a in listen}
+        if len(admin_ports) != 1:
+            sys.exit(f"check-docs: {profile}: admin listens on several ports {sorted(admin_ports)}")
+        ports["admin"] = admin_ports.pop()
     return ports
 
 

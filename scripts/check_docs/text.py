@@ -8,7 +8,7 @@ import sys
 import tempfile
 import tomllib
 
-from .common import BIN, PENDING, count, fail, prose_lines, read, source_text
+from .common import BIN, PENDING, ROOT, count, fail, prose_lines, read, source_text
 
 
 # ------------------------------------------------------------------ 7: flags
