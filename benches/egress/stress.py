@@ -45,11 +45,12 @@ The loops stop at the deadline or at `--max-loads` / `--max-calls`. Renewals are
 `ironic_proxy_certificate_renewals_total`, read before and after. Prints one summary line per
 way and a JSON object; exits 1 if either new way failed once, if a loop ran nothing, if the
 renewals were fewer than one per 4 s on either sidecar, if a sidecar died, or if the pooled path
-did not follow the renewals: the rule is `distinct client certificates seen on the pooled path
->= caller renewals during the run - 1` (the renewals are read just before the loops start and
-just after they end, so one renewal at each edge may have no call after it), and no certificate
-may be seen again once a newer one was (a pooled connection made before a renewal given a call
-after it). Mismatches of the
+did not follow the renewals. That rule: with R the caller's renewals logged ("renewed our
+certificate", its JSON log's timestamps) between the pooled loop's first call and its last
+answer, the peer must have seen at least R - 1 distinct client certificates on the pooled path
+(each renewal inside the window is followed by calls, bar one that lands just before the last;
+the slack of one more covers timestamps taken in two processes), and none again once a newer
+one was seen (a pooled connection made before a renewal given a call after it). Mismatches of the
 old way are the measurement, not a failure of this script. Listeners and admin endpoints bind
 127.0.0.1:0 (their ports read from the log and /proc), so runs never collide. Needs Python
 `requests` (scripts/test's virtualenv has it).
@@ -57,6 +58,7 @@ old way are the measurement, not a failure of this script. Listeners and admin e
 
 import argparse
 import base64
+import datetime
 import errno
 import hashlib
 import json
@@ -117,6 +119,7 @@ def pooled_way(args):
     deadline = time.monotonic() + args.duration
     calls, ok, failures, first = 0, 0, {}, {}
     s = requests.Session()
+    started = time.time()
     try:
         while calls < args.max_calls and time.monotonic() < deadline:
             calls += 1
@@ -134,7 +137,8 @@ def pooled_way(args):
                 first.setdefault(kind, args_repr(e))
     finally:
         s.close()
-    return {"calls": calls, "ok": ok, "failures": failures, "examples": first}
+    return {"calls": calls, "ok": ok, "failures": failures, "examples": first,
+            "window": [started, time.time()]}
 
 
 def new_way(args):
@@ -289,6 +293,17 @@ def identity(d, args, export=None):
             + '[admin]\nlisten = "127.0.0.1:0"\n')
 
 
+def renewals_between(log, start, end):
+    """The renewals a sidecar logged between two wall-clock times (Unix seconds)."""
+    n = 0
+    for line in open(log):
+        if '"renewed our certificate"' not in line:
+            continue
+        ts = json.loads(line)["timestamp"].replace("Z", "+00:00")
+        n += start < datetime.datetime.fromisoformat(ts).timestamp() < end
+    return n
+
+
 def peer_connections(log):
     """Mutual-TLS connections the peer accepted, from its access log: the client address
     changes from one request to the next (each call is on a new connection when recycled)."""
@@ -409,6 +424,7 @@ def main():
         handshake_fail = peer.metric("ironic_proxy_tls_handshake_failures_total")
         time.sleep(0.3)  # the access log's batch
         conns = peer_connections(peer.log)
+        in_window = renewals_between(caller.log, *pl["window"])
     finally:
         for s in sidecars:
             s.stop()
@@ -431,7 +447,7 @@ def main():
     print(f"new way, pooled (one session, the egress's pool): {pl['calls']} calls, {pl['ok']} "
           f"ok, {pfail} failures {pl['failures']}; client certificates seen {pooled_certs} "
           f"(calls on each, in order: {[n for _, n in runs]}), {came_back} seen again after a "
-          f"newer one")
+          f"newer one; {in_window} caller renewals during its calls")
     print(f"renewals: caller {renewals['caller']:.0f}, peer {renewals['peer']:.0f} in "
           f"{wall:.0f} s")
     if mism and renewals["caller"]:
@@ -451,7 +467,8 @@ def main():
                            "peer_handshake_failures": handshake_fail},
                "pooled_way": {**pl, "client_certificates_seen": pooled_certs,
                               "calls_per_certificate": [n for _, n in runs],
-                              "seen_again_after_a_newer_one": came_back}}
+                              "seen_again_after_a_newer_one": came_back,
+                              "caller_renewals_during_calls": in_window}}
     print(json.dumps(summary, indent=1))
     problems = []
     if nfail or egress["peer_failed"] or n["ok"] != n["calls"]:
@@ -460,9 +477,10 @@ def main():
         problems.append(f"the pooled way failed {pfail} calls")
     if o["loads"] == 0 or n["calls"] == 0 or pl["calls"] == 0:
         problems.append("a loop ran nothing")
-    if pooled_certs < renewals["caller"] - 1:
+    if pooled_certs < in_window - 1 or in_window == 0:
         problems.append(f"the peer saw {pooled_certs} client certificates on the pooled path "
-                        f"for {renewals['caller']:.0f} renewals (fewer than renewals - 1)")
+                        f"for {in_window} caller renewals during its calls (fewer than "
+                        f"renewals - 1, or no renewal)")
     if came_back:
         problems.append(f"{came_back} client certificates came back on the pooled path after "
                         f"a newer one")

@@ -83,7 +83,7 @@ struct State {
     /// The trust bundle the chain last verified against.
     digest: Digest,
     /// Set once the chain failed: the connection is closing.
-    failed: Option<rustls::Error>,
+    failed: bool,
 }
 
 /// What a check found.
@@ -113,7 +113,7 @@ impl LiveChain {
             seen: AtomicU64::new(generation),
             state: Mutex::new(State {
                 digest: verified_by.digest,
-                failed: None,
+                failed: false,
             }),
         }
     }
@@ -134,7 +134,7 @@ impl LiveChain {
     #[cold]
     fn recheck(&self) -> Verdict {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.failed.is_some() {
+        if state.failed {
             return Verdict::Closing;
         }
         let (generation, current) = self.listener.tls.load_with_generation();
@@ -143,7 +143,7 @@ impl LiveChain {
         if let Some(trust) = &current.clients {
             if trust.digest != state.digest {
                 if let Err(e) = trust.verify(&self.chain) {
-                    state.failed = Some(e.clone());
+                    state.failed = true;
                     self.listener.closed.inc();
                     return Verdict::Close(e);
                 }
