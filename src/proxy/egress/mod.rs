@@ -277,10 +277,7 @@ impl Egress {
         }
         req.headers_mut().remove(header::PROXY_AUTHORIZATION);
         let route = self.route(&authority)?;
-        let pool = self.pool(&authority, route).ok_or((
-            Outcome::TargetRefused,
-            ProxyError::EgressRefused("the host cannot be a TLS server name"),
-        ))?;
+        let pool = self.pool(&authority, route);
         Ok(Admitted { pool, route })
     }
 
@@ -340,7 +337,7 @@ impl Egress {
     /// [`Self::route`]), so `(host as dialled, port)` alone keys it. Plain relays share one
     /// pool name, so that the metrics labelled by it stay one series however many hosts they
     /// reach (the access log still names each endpoint).
-    fn pool(&self, a: &Authority, route: Route) -> Option<Arc<Pool>> {
+    fn pool(&self, a: &Authority, route: Route) -> Arc<Pool> {
         let mut pools = self
             .pools
             .lock()
@@ -353,8 +350,9 @@ impl Egress {
         };
         let key = (host, a.port);
         if let Some(p) = pools.get(&key) {
-            return Some(p.clone());
+            return p.clone();
         }
+        // A parsed host is always a valid TLS server name: an IP, or a `DnsName`.
         let local_tls = if route == Route::Tls {
             let name = match &a.host {
                 Host::Ip(ip) => rustls_pki_types::ServerName::IpAddress((*ip).into()),
@@ -389,7 +387,7 @@ impl Egress {
             metrics: self.metrics.clone(),
         });
         pools.insert(key, pool.clone());
-        Some(pool)
+        pool
     }
 
     /// Counts a request that was admitted, by how its forwarding ended.
