@@ -233,6 +233,25 @@ mod tests {
         }
     }
 
+    /// Every number from 0 to 70,000, bare and with a leading zero, and every byte that is not
+    /// a digit after a valid port: a port is accepted exactly when it is 1 to 65535 in digits.
+    #[test]
+    fn a_port_is_accepted_exactly_when_it_is_1_to_65535_in_digits() {
+        for n in 0u32..=70_000 {
+            for s in [format!("h:{n}"), format!("h:0{n}")] {
+                let got = Authority::parse(&s).ok().map(|a| a.port);
+                let want = u16::try_from(n).ok().filter(|p| *p != 0);
+                assert_eq!(got, want, "{s}");
+            }
+        }
+        for b in 0u8..=255 {
+            let s = format!("h:80{}", char::from(b));
+            if !b.is_ascii_digit() {
+                assert!(Authority::parse(&s).is_err(), "{s:?}");
+            }
+        }
+    }
+
     #[test]
     fn the_log_form_has_no_userinfo_and_no_query() {
         let uri: http::Uri = "http://user:secret@h.example:80/a/b?sig=abc"
