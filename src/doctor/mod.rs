@@ -14,9 +14,10 @@
 
 mod identity;
 mod net;
+mod peers;
 mod upstream;
 
-use crate::config::Config;
+use crate::config::{Config, Env};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -134,15 +135,34 @@ fn json_string(s: &str) -> String {
     o
 }
 
+/// What to check beyond the pod itself.
+pub struct Options<'a> {
+    /// `--peers`: a JSON-RPC call to every peer conductor and through every egress.
+    pub peers: bool,
+    /// The environment the configuration came from, to name the variable behind an address.
+    pub env: &'a dyn Env,
+}
+
 /// Runs every check for `config`.
-pub async fn run(config: &Config) -> Report {
+pub async fn run(config: &Config, options: &Options<'_>) -> Report {
     let mut report = Report::default();
     let ours = identity::check(config, &mut report).await;
+    for f in crate::config::scale_out(config, options.env) {
+        let name = format!("scale.{}", f.check);
+        if f.ok {
+            report.pass(name, f.detail);
+        } else {
+            report.fail(name, f.detail);
+        }
+    }
     for lc in &config.listeners {
         upstream::check(config, lc, ours.as_ref(), &mut report).await;
     }
+    if options.peers {
+        peers::check(config, ours.as_ref(), &mut report).await;
+    }
     match &config.admin {
-        Some(a) => net::check_admin(a.listen, &mut report).await,
+        Some(a) => net::check_admin(a.listen[0], &mut report).await,
         None => report.pass("admin", "no [admin] configured"),
     }
     report

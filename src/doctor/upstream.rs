@@ -86,7 +86,7 @@ async fn check_local(name: &str, local: &UpstreamAddr, report: &mut Report) {
 }
 
 /// The endpoints the proxy's discovery would find now: (address, name to verify).
-async fn resolve(
+pub(super) async fn resolve(
     servers: &[SocketAddr],
     target: &Target,
 ) -> Result<Vec<(SocketAddr, String)>, String> {

@@ -31,6 +31,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use ca::{generate_ca, CaSpec, GeneratedCa};
+pub(crate) use constraints::{NameConstraints, San};
 pub(crate) use der::rfc3339;
 pub use issuer::Issuer;
 pub use leaf::{issue_leaf, IssuedLeaf, LeafRequest};
@@ -44,7 +45,7 @@ pub const BACKDATE: std::time::Duration = std::time::Duration::from_secs(60);
 ///
 /// `Display` is one line naming the problem (the file, the SAN, ...); the underlying cause, when
 /// there is one, is kept as [`std::error::Error::source`] rather than repeated in the message.
-/// Print the whole chain (`{:#}` with `anyhow`, or walk `source()`) for the one-line report.
+/// Print the whole chain (`crate::error::chain` walks `source()`) for the one-line report.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
     #[error("cannot read {}", path.display())]

@@ -350,3 +350,67 @@ fn the_local_socket_missing() {
         ),
     );
 }
+
+/// Scale-out (issue 43): a fourth node whose pod IP is outside the CA's `--permit-ip` and the
+/// peer CIDRs. `check --profile sidecar` refuses it, one line per cause naming the variable;
+/// `doctor` says the same in its `scale.*` lines. With the address inside, `check` passes.
+#[test]
+fn check_and_doctor_name_a_node_outside_the_ca_and_the_peer_cidrs() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let d = tmp.path();
+    node::ca_init(
+        &d.join("ca"),
+        &["--permit-ip", "127.0.0.0/30", "--permit-dns", "metal3.svc"],
+    );
+    std::fs::write(d.join("egress"), "ironic-rpc:secret\n").expect("write credentials");
+    let s = |p: PathBuf| p.display().to_string();
+    let base = [
+        ("POD_NAME", "ironic-3".to_owned()),
+        ("POD_NAMESPACE", "metal3".to_owned()),
+        ("IRONIC_PROXY_PEER_CIDRS", "127.0.0.0/30".to_owned()),
+        ("IRONIC_PROXY_TRUST", s(d.join("ca").join("ca.crt"))),
+        ("IRONIC_PROXY_ISSUER_DIR", s(d.join("ca"))),
+        ("IRONIC_PROXY_EXPORT_DIR", s(d.join("export"))),
+        ("IRONIC_PROXY_HTPASSWD", "none".to_owned()),
+        ("IRONIC_PROXY_EGRESS_CREDENTIALS", s(d.join("egress"))),
+        ("IRONIC_PROXY_DNS_SERVERS", "127.0.0.1:9".to_owned()),
+    ];
+    let with_ip = |ip: &'static str| {
+        let mut e: Vec<(&str, &str)> = base.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        e.push(("POD_IPS", ip));
+        e
+    };
+    let o = node::cli(&["check", "--profile", "sidecar"], &with_ip("127.0.0.9"));
+    assert_eq!(o.code, Some(1), "{o:?}");
+    let lines: Vec<&str> = o.stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "ironic-proxy: scale-out: ca: IP:127.0.0.9 (from POD_IPS) outside the CA's name \
+             constraints (permitted DNS:metal3.svc, IP:127.0.0.0/30): no peer accepts a \
+             certificate for it and the CA refuses to sign one; create a CA whose --permit-ip / \
+             --permit-dns cover this node and roll it out, or give this node an address inside \
+             them",
+            "ironic-proxy: scale-out: egress_targets: 127.0.0.9 (from POD_IPS) outside \
+             IRONIC_PROXY_PEER_CIDRS=127.0.0.0/30: the peers' egress refuses JSON-RPC calls to \
+             this conductor (403 target_refused); add this node's network on every node",
+        ],
+        "{o:?}"
+    );
+    let doctor = node::cli(&["doctor", "--profile", "sidecar"], &with_ip("127.0.0.9"));
+    assert_eq!(doctor.code, Some(1), "{doctor:?}");
+    for prefix in [
+        "FAIL scale.ca: IP:127.0.0.9 (from POD_IPS) outside the CA's name constraints",
+        "FAIL scale.egress_targets: 127.0.0.9 (from POD_IPS) outside IRONIC_PROXY_PEER_CIDRS",
+        "PASS scale.peer_cidrs: the peers' json-rpc listener admits our certificate",
+    ] {
+        assert!(
+            doctor.stdout.lines().any(|l| l.starts_with(prefix)),
+            "{prefix:?} in\n{}",
+            doctor.stdout
+        );
+    }
+    // The node inside both ranges: check passes.
+    let fixed = node::cli(&["check", "--profile", "sidecar"], &with_ip("127.0.0.2"));
+    assert!(fixed.ok(), "{fixed:?}");
+}

@@ -37,7 +37,7 @@ pub(crate) enum Credentials {
 }
 
 /// `user:password` from a file that is not htpasswd: one non-empty line, no bcrypt hash.
-fn plain(bytes: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn plain(bytes: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let (line, None) = (lines.next()?, lines.next()) else {
