@@ -23,7 +23,7 @@ mod upstream;
 pub use crate::identity::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 pub use crate::tls::TlsMode;
 pub use admin::AdminConfig;
-pub use egress::EgressConfig;
+pub use egress::{EgressConfig, Others as EgressOthers};
 pub use interp::{expand, Env, InterpError, ProcessEnv};
 pub use listener::{ListenAddr, ListenerConfig, UpstreamAddr, UpstreamConfig};
 pub use routes::{Find, PathPattern, RouteConfig};

@@ -97,6 +97,8 @@ pub(super) struct RawEgress {
     /// Ports relayed in plain HTTP (the image server on a peer's IP), as `ports`.
     #[serde(default)]
     pub plain_ports: Vec<toml::Value>,
+    /// `relay` or `refuse`: what becomes of any other host and port.
+    pub others: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

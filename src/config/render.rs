@@ -132,11 +132,12 @@ impl Config {
                 let _ = writeln!(
                     o,
                     "[listeners.egress]\ncredentials = {}\ntargets = {}\nports = [{}]\n\
-                     plain_ports = [{}]",
+                     plain_ports = [{}]\nothers = \"{}\"",
                     q(&e.credentials.display().to_string()),
                     list(&e.targets),
                     join(&e.ports),
-                    join(&e.plain_ports)
+                    join(&e.plain_ports),
+                    e.others.as_str()
                 );
                 continue;
             }
