@@ -11,6 +11,8 @@
 //! - `ironic-proxy-egress`: `credentials`, `ironic:<48 hex digits>`, URL-safe because Ironic
 //!   carries it inside its `HTTP_PROXY` URL;
 //! - `ironic-mariadb`: `username`, `password` (Ironic's database account);
+//! - `ironic-proxy-metrics`: `token`, 48 hex digits, the bearer token every proxy's `/metrics`
+//!   asks for (`IRONIC_PROXY_METRICS_TOKEN_FILE`) and the PodMonitor and ServiceMonitor send;
 //! - with `--api-credentials-secret NAME`: NAME with `username`, `password`, `htpasswd`, for
 //!   API clients (baremetal-operator, the Ironic standalone operator recipe).
 //!
@@ -171,6 +173,13 @@ pub fn secrets(args: &SecretsArgs) -> Result<Secrets, KitError> {
         ("password", db_password.clone().into_bytes()),
     ];
     secret(&mut manifests, ns, "ironic-mariadb", &db);
+    let token = random_hex()?;
+    secret(
+        &mut manifests,
+        ns,
+        "ironic-proxy-metrics",
+        &[("token", token.into_bytes())],
+    );
     let shown = match &args.api_credentials_secret {
         Some(name) => {
             let creds = [
@@ -290,6 +299,7 @@ fn check_secret_name(name: &str) -> Result<(), KitError> {
             "ironic-htpasswd",
             "ironic-proxy-egress",
             "ironic-mariadb",
+            "ironic-proxy-metrics",
         ]
         .contains(&name);
     if ok {
@@ -328,7 +338,8 @@ fn random_token() -> Result<String, KitError> {
     Ok(URL_SAFE_NO_PAD.encode(random_bytes::<24>()?))
 }
 
-/// 24 random bytes as 48 hex digits (the egress password: `openssl rand -hex 24`).
+/// 24 random bytes as 48 hex digits (the egress password and the metrics token, as
+/// `openssl rand -hex 24` writes them).
 fn random_hex() -> Result<String, KitError> {
     Ok(random_bytes::<24>()?
         .iter()

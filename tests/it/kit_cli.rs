@@ -151,7 +151,8 @@ fn kit_secrets_prints_every_secret_of_the_kit_and_shows_passwords_once() {
             "ironic-htpasswd",
             "ironic-mariadb",
             "ironic-proxy-ca",
-            "ironic-proxy-egress"
+            "ironic-proxy-egress",
+            "ironic-proxy-metrics"
         ]
     );
     assert!(secrets.values().all(|(ns, _)| ns == "metal3"));
@@ -169,6 +170,12 @@ fn kit_secrets_prints_every_secret_of_the_kit_and_shows_passwords_once() {
     assert_eq!(keys("ironic-htpasswd"), ["htpasswd"]);
     assert_eq!(keys("ironic-proxy-egress"), ["credentials"]);
     assert_eq!(keys("ironic-mariadb"), ["password", "username"]);
+    assert_eq!(keys("ironic-proxy-metrics"), ["token"]);
+    let token = &secrets["ironic-proxy-metrics"].1["token"];
+    assert!(
+        token.len() == 48 && token.iter().all(u8::is_ascii_hexdigit),
+        "{token:?}"
+    );
 
     // Two lines on stderr, each shown once and nowhere on stdout.
     assert_eq!(stderr.lines().count(), 2, "{stderr}");
@@ -261,7 +268,7 @@ fn kit_secrets_prints_api_credentials_for_clients_when_asked() {
         "ironic-api-credentials",
     ]));
     let secrets = parse(&stdout);
-    assert_eq!(secrets.len(), 5);
+    assert_eq!(secrets.len(), 6);
     let creds = &secrets["ironic-api-credentials"].1;
     assert_eq!(
         creds.keys().map(String::as_str).collect::<Vec<_>>(),
