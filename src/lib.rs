@@ -47,6 +47,7 @@ mod trim;
 
 // What the binary runs.
 pub use auth::check as check_auth;
+pub use doctor::boot_tls::warnings as boot_tls_warnings;
 pub use doctor::run as doctor;
 pub use identity::check as check_identity;
 #[doc(hidden)]
