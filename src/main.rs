@@ -240,6 +240,9 @@ fn check(source: &Source) -> ExitCode {
             return fail(&e);
         }
     }
+    for w in ironic_proxy::boot_tls_warnings(&config) {
+        eprintln!("warning: {w}");
+    }
     print!("{}", config.render());
     ExitCode::SUCCESS
 }

@@ -12,6 +12,7 @@
 //! Everything is done in-process with the proxy's own TLS and DNS code (no shell, no curl), so
 //! it runs in a distroless image. It only reads: no file is written, no state is changed.
 
+pub(crate) mod boot_tls;
 mod identity;
 mod net;
 mod peers;
@@ -29,6 +30,8 @@ pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(3);
 pub enum Verdict {
     Pass,
     Fail,
+    /// Works, but not for every client it is meant for (does not fail the report).
+    Warn,
 }
 
 /// One line of the report.
@@ -56,6 +59,10 @@ impl Report {
         self.push(name, Verdict::Fail, detail);
     }
 
+    pub(crate) fn warn(&mut self, name: impl Into<String>, detail: impl Into<String>) {
+        self.push(name, Verdict::Warn, detail);
+    }
+
     fn push(&mut self, name: impl Into<String>, verdict: Verdict, detail: impl Into<String>) {
         // One line per check, whatever a peer put in its answer.
         let detail: String = detail
@@ -72,7 +79,7 @@ impl Report {
 
     /// True when every check passed.
     pub fn passed(&self) -> bool {
-        self.checks.iter().all(|c| c.verdict == Verdict::Pass)
+        self.checks.iter().all(|c| c.verdict != Verdict::Fail)
     }
 
     /// `PASS name: detail` lines and a summary line.
@@ -82,6 +89,7 @@ impl Report {
             let v = match c.verdict {
                 Verdict::Pass => "PASS",
                 Verdict::Fail => "FAIL",
+                Verdict::Warn => "WARN",
             };
             let _ = writeln!(o, "{v} {}: {}", c.name, c.detail);
         }
@@ -104,6 +112,7 @@ impl Report {
             let v = match c.verdict {
                 Verdict::Pass => "pass",
                 Verdict::Fail => "fail",
+                Verdict::Warn => "warn",
             };
             let _ = write!(
                 o,
@@ -153,6 +162,14 @@ pub async fn run(config: &Config, options: &Options<'_>) -> Report {
             report.pass(name, f.detail);
         } else {
             report.fail(name, f.detail);
+        }
+    }
+    let gap = boot_tls::ipxe_gap(&config.tls);
+    for l in config.listeners.iter().filter(|l| boot_tls::is_boot_tls(l)) {
+        let name = format!("listener[{}].ipxe_tls", l.name);
+        match &gap {
+            Some(why) => report.warn(name, format!("iPXE cannot connect: {why}")),
+            None => report.pass(name, "TLS 1.2 with ECDHE AES-GCM and iPXE's groups offered"),
         }
     }
     for lc in &config.listeners {

@@ -38,6 +38,7 @@ import requests
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 import ipxe_tls  # noqa: E402
+import ipxe_tls_vm  # noqa: E402
 import vm  # noqa: E402
 
 HTTP_PORT = 6180  # Ironic's httpd in Metal3
@@ -106,13 +107,14 @@ def kernel_script(u):
     return s + "#" * (8191 - len(s)) + "\n"
 
 
-def lb_config(ca_dir, admin_port, dns_port):
+def lb_config(ca_dir, admin_port, dns_port, extra_ips=()):
+    ips = ", ".join(f'"{ip}"' for ip in (h.LB_HOST, *extra_ips))
     return f"""# Load balancer with the boot-file route (written by tests/e2e/boot_e2e.py).
 [identity]
 trust = "{ca_dir}/ca.crt"
 issuer_cert = "{ca_dir}/ca.crt"
 issuer_key = "{ca_dir}/ca.key"
-ip_addresses = ["{h.LB_HOST}"]
+ip_addresses = [{ips}]
 validity = "1h"
 
 [admin]
@@ -143,8 +145,9 @@ health = {{ path = "/boot.ipxe", interval = "1s", timeout = "1s", unhealthy_afte
 """
 
 
-def ironic_conf(inst, db_url, images):
-    """harness.ironic_conf with iPXE boot and ramdisk deploy (docs/e2e.md, "Boot files")."""
+def ironic_conf(inst, db_url, images, tls=False):
+    """harness.ironic_conf with iPXE boot and ramdisk deploy (docs/e2e.md, "Boot files").
+    tls: [deploy]http_url on the sidecar's boot-TLS listener, so the configs name https."""
     conf = h.ironic_conf(inst, db_url)
     conf = conf.replace("enabled_boot_interfaces = fake", "enabled_boot_interfaces = ipxe,fake")
     conf = conf.replace(
@@ -156,7 +159,7 @@ def ironic_conf(inst, db_url, images):
     )
     return conf + f"""
 [deploy]
-http_url = http://{inst.ip}:{HTTP_PORT}
+http_url = {f"https://{inst.ip}:{IPXE_TLS_PORT}" if tls else f"http://{inst.ip}:{HTTP_PORT}"}
 http_root = {inst.http_root}
 
 [pxe]
@@ -195,6 +198,9 @@ class Boot:
         self.api.headers.update(h.HEADERS)
         self.results = []  # (name, ok, detail)
         self.nodes = {}  # uuid -> mac
+        # --tls: the pinned HTTPS iPXE (tests/e2e/ipxe_tls_vm.py); the CA is its test CA.
+        self.tls = args.tls
+        self.http_port, self.ipxe_tls_port = HTTP_PORT, IPXE_TLS_PORT
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -271,13 +277,16 @@ class Boot:
         ] + ([LB] if h.port_in_use(h.LB_HOST, h.LB_PORT) else [])
         if busy:
             raise h.Failure(f"ports already in use (another run?): {', '.join(busy)}")
-        h.run([self.bin, "ca", "init", "--out", self.ca_dir, "--name", "boot-e2e CA",
-               "--permit-ip", "127.0.0.0/8"], "ca init")  # fmt: skip
+        if self.tls:
+            ipxe_tls_vm.use_test_ca(self.ca_dir)
+        else:
+            h.run([self.bin, "ca", "init", "--out", self.ca_dir, "--name", "boot-e2e CA",
+                   "--permit-ip", "127.0.0.0/8"], "ca init")  # fmt: skip
         os.makedirs(self.images)
         with open(os.path.join(self.images, "ramdisk"), "wb") as f:
             f.write(b"\0" * 8192)
         self.db.start()
-        dns_port = h.free_port()
+        dns_port = self.dns_port = h.free_port()
         h.start_dnsmasq(self.root, self.procs, dns_port, h.IPS)
         self.vm_port = h.free_port()
         for inst in self.instances:
@@ -289,12 +298,13 @@ class Boot:
                     )
                 )
             with open(inst.conf, "w") as f:
-                f.write(ironic_conf(inst, self.db.url, self.images))
+                f.write(ironic_conf(inst, self.db.url, self.images, self.tls))
             h.run([self.bin, "check", "--config", inst.sidecar_conf], "check sidecar config")
         self.lb_admin = f"http://127.0.0.1:{h.free_port()}"
         lb_conf = os.path.join(self.root, "lb.toml")
         with open(lb_conf, "w") as f:
-            f.write(lb_config(self.ca_dir, self.lb_admin.rsplit(":", 1)[1], dns_port))
+            f.write(lb_config(self.ca_dir, self.lb_admin.rsplit(":", 1)[1], dns_port,
+                              [ipxe_tls_vm.DIALLED] if self.tls else []))
         h.run([self.bin, "check", "--config", lb_conf], "check LB config")
         h.run([os.path.join(self.venv_bin, "ironic-dbsync"), "--config-file",
                self.instances[0].conf, "create_schema"], "ironic-dbsync")  # fmt: skip
@@ -573,6 +583,17 @@ class Boot:
             and b.started <= h.event_time(e) <= b.ended + 0.5
         ]
 
+    def access_any(self, log, listener, b):
+        """The proxy's access lines of one listener while the VM ran, from any client (QEMU
+        connects to 127.0.0.x from that address)."""
+        return [
+            e
+            for e in h.proxy_events(log)
+            if e.get("target") == "access"
+            and e.get("listener") == listener
+            and b.started <= h.event_time(e) <= b.ended + 0.5
+        ]
+
     def httpd_lines(self, inst, b):
         """The requests an instance's httpd served while the VM ran (static_httpd.py's log)."""
         out = []
@@ -788,6 +809,13 @@ class Boot:
             print(f"e2e-boot: {name} ironic_proxy_find_total {counts}", flush=True)
 
     def run(self):
+        if self.tls:
+            self.setup()
+            self.deploy()
+            route = boot_route(self.instances[0]).replace("plaintext = true", "plaintext = false")
+            ipxe_tls_vm.run_all(self, self.dns_port, route)
+            self.find_metrics()
+            return
         self.setup()
         self.kit_files()
         self.deploy()
@@ -814,6 +842,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proxy-bin", required=True)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--tls", action="store_true",
+                        help="the pinned HTTPS iPXE through the TLS listeners (ipxe_tls_vm.py)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda s, _f: (_ for _ in ()).throw(SystemExit(128 + s)))
     t0 = time.monotonic()

@@ -15,6 +15,7 @@ second with the VM paused for the read, merged into one transcript across scroll
 
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -141,15 +142,29 @@ class Boot:
         self.seen = {}  # text -> seconds after start
         self.started = self.ended = None  # time.time()
         self.png = self.ppm = None
+        self.serial = ""  # the serial console, control sequences removed
 
     def text(self):
         return "\n".join(self.transcript)
 
 
-def boot(directory, name, mac, bootfile, until, timeout=90, then=()):
+def serial_text(path):
+    """The serial console as text: iPXE's cursor moves and colours removed, CR dropped."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read().decode("cp437", errors="replace")
+    except OSError:
+        return ""
+    raw = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw).replace("\x08 \x08", "")
+    return raw.replace("\r", "")
+
+
+def boot(directory, name, mac, bootfile, until, timeout=90, then=(), rom=None):
     """Runs one VM until every text in `until` was on its console, and then for the texts in
     `then` (what the firmware does next) for at most 10 s more; kills it (its pid only) after
-    `timeout` s in any case. Returns a Boot; VmError if QEMU would not start."""
+    `timeout` s in any case. Returns a Boot; VmError if QEMU would not start. `rom`: the NIC's
+    option ROM instead of QEMU's default (the pinned HTTPS iPXE, which also writes to the
+    serial port: its lines are searched and kept too, in `Boot.serial`)."""
     d = os.path.join(directory, name)
     os.makedirs(d, exist_ok=True)
     qmp_path, vga = os.path.join(d, "qmp.sock"), os.path.join(d, "vga.bin")
@@ -158,8 +173,10 @@ def boot(directory, name, mac, bootfile, until, timeout=90, then=()):
         "-serial", "file:" + os.path.join(d, "serial.log"), "-no-reboot",
         "-qmp", f"unix:{qmp_path},server=on,wait=off",
         "-netdev", f"user,id=n0,bootfile={bootfile}",
-        "-device", f"virtio-net-pci,netdev=n0,mac={mac},bootindex=1",
+        "-device", f"virtio-net-pci,netdev=n0,mac={mac},bootindex=1"
+        + (f",romfile={rom}" if rom else ""),
     ]  # fmt: skip
+    serial = os.path.join(d, "serial.log")
     result = Boot(name)
     with open(os.path.join(d, "qemu.log"), "wb") as log:
         result.started = time.time()
@@ -186,7 +203,8 @@ def boot(directory, name, mac, bootfile, until, timeout=90, then=()):
             qmp.execute("cont")
             now = time.monotonic() - t0
             merge(result.transcript, vga_rows(vga))
-            screen = unwrap(result.transcript)
+            result.serial = serial_text(serial)
+            screen = unwrap(result.transcript) + "\n" + result.serial
             for text in wanted:
                 if text not in result.seen and text in screen:
                     result.seen[text] = now
@@ -202,6 +220,7 @@ def boot(directory, name, mac, bootfile, until, timeout=90, then=()):
         ppm_to_png(result.ppm, result.png)
     finally:
         result.ended = time.time()
+        result.serial = serial_text(serial)
         if qmp is not None:
             qmp.close()
         proc.kill()
