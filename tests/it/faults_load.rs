@@ -284,6 +284,19 @@ fn sigterm_drains_in_flight_requests_then_refuses() {
         (completed(&slow) >= 10 && completed(&posts) >= 5 && fast.completed() >= 50).then_some(())
     })
     .expect("the loads run before the signal");
+    // And the signal goes while slow requests are in flight: received by the upstream, not yet
+    // completed at the client (a busy machine stretches the gaps between one worker's requests,
+    // so such a moment is waited for, not assumed). One more than the check below needs.
+    let slow_at_upstream = || {
+        up.all()
+            .iter()
+            .filter(|r| r.path.starts_with("/slow") || r.path.starts_with("/post"))
+            .count()
+    };
+    poll_until(Duration::from_secs(15), || {
+        (slow_at_upstream() >= completed(&slow) + completed(&posts) + 5).then_some(())
+    })
+    .expect("five slow requests in flight at once");
     let signalled = Instant::now();
     proxy.signal("TERM");
     // Stops accepting at once, while the slow requests are still running.
