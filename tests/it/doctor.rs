@@ -417,9 +417,10 @@ fn check_and_doctor_name_a_node_outside_the_ca_and_the_peer_cidrs() {
 
 /// `doctor --peers` (issue 43) with one sidecar whose conductor list (its local API, a recording
 /// upstream standing in for Ironic: `GET /v1/conductors`, JSON-RPC answers as Ironic 39 gives
-/// them) names itself, a peer from another CA, a peer whose certificate names another IP and a
-/// conductor whose sidecar is down. One line per peer with its cause; the call to its own
-/// `[DEFAULT]host` through the egress passes; a dead conductor is named, not dialled.
+/// them) names itself, a peer from another CA, a peer whose certificate names another IP, a
+/// conductor whose sidecar is down and one whose sidecar never answers. One line per peer with
+/// its cause (TLS, SAN, refused, timeout); the call to its own `[DEFAULT]host` through the
+/// egress passes; a dead conductor is named, not dialled.
 #[test]
 fn doctor_peers_calls_each_conductor_and_its_own_host_through_the_egress() {
     use crate::support::upstream::{Reply, Upstream};
@@ -430,10 +431,12 @@ fn doctor_peers_calls_each_conductor_and_its_own_host_through_the_egress() {
     let ca_pem = std::fs::read_to_string(&ca.0).expect("ca.crt");
     let other_ca = node::ca_init(&d.join("other-ca"), &[]);
     // Peers on 127.0.61.{1,2,3}, one port; the sidecar's own json-rpc listener on that port too.
-    let ips = [ip(61, 1), ip(61, 2), ip(61, 3), ip(61, 4)];
+    let ips = [ip(61, 1), ip(61, 2), ip(61, 3), ip(61, 4), ip(61, 5)];
     let mut listeners = bind_same_port(&ips);
     let port = listeners[0].local_addr().expect("address").port();
     let own = listeners.remove(0);
+    // Bound, never accepting: the kernel completes TCP, nobody answers the TLS hello.
+    let _silent = listeners.pop().expect("fifth");
     let down = listeners.pop().expect("fourth");
     let mut backends = Vec::new();
     for (i, (l, from)) in listeners.into_iter().zip([&other_ca, &ca]).enumerate() {
@@ -544,6 +547,7 @@ ports = [{port}]
             ips[2]
         ),
         format!("FAIL {}: refused: Connection refused (os error 111)", p(3)),
+        format!("FAIL {}: timeout: no TLS handshake within 3s", p(4)),
         format!(
             "PASS egress[json-rpc-egress].json-rpc: POST http://127.0.61.1:{port}/ through \
              127.0.0.1:{egress_port}"
