@@ -70,6 +70,14 @@ class PeersE2E(base.E2E):
             inst, peer_ips, self.cred
         )
         if issuer_dir:
+            # It issues from the other CA; it refuses to start unless its trust holds that CA
+            # too (the cluster's and the other), so the bundle has both.
+            both = os.path.join(self.root, "trust-both.crt")
+            with open(both, "w") as f:
+                for d in (self.ca_dir, issuer_dir):
+                    with open(os.path.join(d, "ca.crt")) as ca:
+                        f.write(ca.read())
+            text = text.replace(f'trust = "{self.ca_dir}/ca.crt"', f'trust = "{both}"')
             text = text.replace(f'issuer_cert = "{self.ca_dir}/ca.crt"',
                                 f'issuer_cert = "{issuer_dir}/ca.crt"')
             text = text.replace(f'issuer_key = "{self.ca_dir}/ca.key"',
