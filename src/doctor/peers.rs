@@ -3,7 +3,8 @@
 //! sidecar's own identity; then, through each egress listener, the call Ironic's JSON-RPC client
 //! makes to its own `[DEFAULT]host`. One line per peer, with the first cause of a failure:
 //! `refused`, `timeout`, `TLS` (handshake, untrusted chain), `SAN` (the peer's certificate does
-//! not cover the address dialled) or `HTTP` (an answer that is not Ironic's JSON-RPC).
+//! not cover the address dialled), `allow` (the peer's `allow` rules refuse our certificate: 403)
+//! or `HTTP` (an answer that is not Ironic's JSON-RPC).
 //!
 //! Peers are found as Ironic finds them: the conductors its API lists (`GET /v1/conductors` on
 //! the local API socket; each `hostname` is a conductor's `[DEFAULT]host`, the host of every
@@ -286,10 +287,16 @@ async fn peer(host: &str, port: u16, own: &Material, report: &mut Report) {
         _ => {}
     }
     let req = rpc_request("/", &format!("{host}:{port}"), "");
-    match exchange(tls, req.as_bytes())
-        .await
-        .and_then(|(s, b)| judge(s, &b))
-    {
+    let (status, body) = match exchange(tls, req.as_bytes()).await {
+        Ok(a) => a,
+        // A TLS alert after the handshake is the peer refusing our certificate (TLS 1.3 sends
+        // it once the client's first flight arrives).
+        Err(e) if e.contains("alert") => {
+            return report.fail(name, format!("TLS: the peer refused our certificate: {e}"))
+        }
+        Err(e) => return report.fail(name, e),
+    };
+    match judge(status, &body) {
         Ok(said) => report.pass(
             name,
             format!(
@@ -297,11 +304,14 @@ async fn peer(host: &str, port: u16, own: &Material, report: &mut Report) {
                 start.elapsed().as_secs_f64() * 1000.0
             ),
         ),
-        // A TLS alert after the handshake is the peer refusing our certificate (TLS 1.3 sends
-        // it once the client's first flight arrives).
-        Err(e) if e.contains("alert") || e.contains("certificate") => {
-            report.fail(name, format!("TLS: the peer refused our certificate: {e}"));
-        }
+        // The peer's sidecar verified our certificate and its `allow` rules refused it.
+        Err(_) if status == 403 => report.fail(
+            name,
+            format!(
+                "allow: the peer's sidecar refuses our certificate (403): {}",
+                snippet(&body)
+            ),
+        ),
         Err(e) => report.fail(name, e),
     }
 }

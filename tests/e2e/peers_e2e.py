@@ -119,6 +119,8 @@ class PeersE2E(base.E2E):
             if line.startswith(("FAIL scale.peer_cidrs: none of our names (127.0.0.6",
                                 "FAIL scale.egress_targets: 127.0.0.6"))
         ]
+        refused = [ip for ip in h.IPS if any(
+            line.startswith(f"FAIL peers[{ip}:{port}]: allow: ") for line in before)]
         # The fix, as an operator makes it: the new address in every node's peer CIDRs, each
         # sidecar restarted in turn (the first one's profile variable, the others' files).
         four = [*h.IPS, FOURTH]
@@ -131,8 +133,10 @@ class PeersE2E(base.E2E):
                     if any(line.startswith(f"PASS peers[{ip}:{port}]") for line in after)]
         self.s.check(
             2, Summary.TITLES[2],
-            code_before == 1 and len(causes) == 2 and code_after == 0 and len(peers_ok) == 4,
-            f"before: exit {code_before}, causes named {causes}; after: exit {code_after}, "
+            code_before == 1 and len(causes) == 2 and len(refused) == 3 and code_after == 0
+            and len(peers_ok) == 4,
+            f"before: exit {code_before}, causes named {causes}, refused by {refused}; "
+            f"after: exit {code_after}, "
             f"{len(scale_ok)} scale checks PASS, PASS peers {peers_ok}",
         )
 
