@@ -58,13 +58,30 @@ COPY . .
 # the release build with that profile (10 % less CPU per keep-alive request than without it,
 # docs/benchmarks-history-2026.md round 19), then BOLT's layout of that binary by a second training
 # run (round 20). The cache mounts keep the registry and target/ between builds.
+# BUILD_KIND=release: one plain release build instead (a release cut when the profile-guided
+# build does not fit the time; CHANGELOG.md says which a release is). REVISION: the commit,
+# which the context (no .git) cannot tell; both reach `ironic-proxy --version` through
+# IRONIC_PROXY_COMMIT and IRONIC_PROXY_BUILD_KIND (src/cli/version.rs).
+ARG REVISION=unknown
+ARG BUILD_KIND=pgo
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    scripts/build-pgo /out/ironic-proxy
+    export IRONIC_PROXY_COMMIT="${REVISION}" IRONIC_PROXY_BUILD_KIND="${BUILD_KIND}" \
+    && case "${BUILD_KIND}" in \
+         pgo) scripts/build-pgo /out/ironic-proxy ;; \
+         release) cargo build --release --locked -q --bin ironic-proxy \
+                  && mkdir -p /out && cp target/release/ironic-proxy /out/ironic-proxy ;; \
+         *) echo "BUILD_KIND must be pgo or release" >&2; exit 1 ;; \
+       esac
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 ARG VERSION
+ARG REVISION=unknown
+# The repository URL (Cargo.toml's `repository`, passed by scripts/build-image).
+ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="ironic-proxy" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.description="TLS/mTLS sidecar, self-issued identity and DNS load balancer for OpenStack Ironic" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0" \

@@ -46,6 +46,7 @@ mod tls;
 mod trim;
 
 // What the binary runs.
+pub use admin::check_token as check_metrics_token;
 pub use auth::check as check_auth;
 pub use doctor::{run as doctor, Options as DoctorOptions};
 pub use identity::check as check_identity;

@@ -10,23 +10,14 @@ use ironic_proxy::Server;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `--version`: says which crypto module the binary was built with.
-const VERSION: &str = if cfg!(feature = "fips") {
-    concat!(
-        env!("CARGO_PKG_VERSION"),
-        " (FIPS: aws-lc FIPS 140-3 module)"
-    )
-} else {
-    env!("CARGO_PKG_VERSION")
-};
-
 /// The embedded default configuration (dev certificates from `certs-dev/`).
 const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
 
 #[derive(Parser)]
 #[command(
     name = "ironic-proxy",
-    version = VERSION,
+    version = cli::version::VERSION,
+    long_version = cli::version::long(),
     about = "TLS sidecar, identity and load balancer for OpenStack Ironic"
 )]
 struct Cli {
@@ -68,6 +59,9 @@ enum Command {
     /// Leaf certificates: `cert issue`, `cert show`.
     #[command(subcommand)]
     Cert(cli::pki::CertCommand),
+    /// The Kubernetes kit: `kit secrets`.
+    #[command(subcommand)]
+    Kit(cli::kit::KitCommand),
 }
 
 /// Where the configuration comes from: a file, a built-in profile, or (`run` only) neither.
@@ -133,6 +127,7 @@ fn main() -> ExitCode {
         Command::Cert(cmd) => {
             cli::pki::run_cert(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS)
         }
+        Command::Kit(cmd) => cli::kit::run(cmd).map_or_else(|e| fail(&e), |()| ExitCode::SUCCESS),
     }
 }
 
@@ -224,6 +219,14 @@ fn check(source: &Source) -> ExitCode {
         if let Err(e) = rt.block_on(ironic_proxy::check_identity(id)) {
             return fail(&e);
         }
+    }
+    if let Some(Err(e)) = config
+        .admin
+        .as_ref()
+        .and_then(|a| a.bearer_token_file.as_deref())
+        .map(ironic_proxy::check_metrics_token)
+    {
+        return fail(&e);
     }
     for (index, l) in config.listeners.iter().enumerate() {
         if let Some(Err(e)) = l.auth.as_ref().map(|a| ironic_proxy::check_auth(index, a)) {

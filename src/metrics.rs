@@ -135,6 +135,7 @@ pub struct Metrics {
     pub parked_connections: Family<ListenerLabels, Gauge>,
     pub rejected_connections: Family<ListenerLabels, Counter>,
     pub tls_handshake_failures: Family<HandshakeLabels, Counter>,
+    pub untrusted_connections_closed: Family<ListenerLabels, Counter>,
     pub upstream_endpoints: Family<EndpointLabels, Gauge>,
     pub upstream_retries: Family<UpstreamLabels, Counter>,
     pub peer_tls_failures: Family<PeerTlsLabels, Counter>,
@@ -211,6 +212,13 @@ impl Metrics {
             "tls_handshake_failures",
             "Failed TLS handshakes by listener and reason",
             tls_handshake_failures.clone(),
+        );
+        let untrusted_connections_closed = Family::default();
+        registry.register(
+            "untrusted_connections_closed",
+            "Mutual-TLS connections closed after their request in flight because the client's \
+             chain no longer verifies against a changed trust bundle",
+            untrusted_connections_closed.clone(),
         );
         let upstream_endpoints = Family::default();
         registry.register(
@@ -346,6 +354,7 @@ impl Metrics {
             parked_connections,
             rejected_connections,
             tls_handshake_failures,
+            untrusted_connections_closed,
             upstream_endpoints,
             upstream_retries,
             peer_tls_failures,

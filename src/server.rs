@@ -35,6 +35,8 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    AdminToken(#[from] admin::TokenError),
     #[error("{upstream}: cannot start DNS discovery")]
     Discovery {
         /// Key path of the upstream (`listeners[0].upstream`, `listeners[0].routes[1].upstream`).
@@ -187,7 +189,10 @@ pub struct Server {
     pub identity: Option<Identity>,
     /// Listener names and the addresses actually bound.
     pub bound: Vec<(String, ListenAddr)>,
+    /// The first of [`Self::admin_addrs`].
     pub admin_addr: Option<SocketAddr>,
+    /// Every address the admin listener is bound to, in `[admin] listen` order.
+    pub admin_addrs: Vec<SocketAddr>,
     shutdown: watch::Sender<bool>,
     drained: Vec<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
     drain_timeout: Duration,
@@ -258,7 +263,7 @@ impl Server {
                     let http2 = lc.http2;
                     let (reloadable, task) =
                         ReloadableServer::follow(id.subscribe(), lc.name.clone(), move |m| {
-                            tls::server_config(m, mode, http2)
+                            tls::listener_tls(m, mode, http2)
                         })?;
                     tasks.add(&task);
                     Some(reloadable)
@@ -275,24 +280,43 @@ impl Server {
                 metrics.clone(),
             ));
         }
-        let admin_addr = match &config.admin {
-            Some(a) => {
-                let l = tokio::net::TcpListener::bind(a.listen)
+        // Every admin address is bound before any is served: a failed bind stops the start with
+        // none of them answering.
+        let mut admin_addrs = Vec::new();
+        if let Some(a) = &config.admin {
+            let token = match &a.bearer_token_file {
+                Some(path) => {
+                    let every = config
+                        .identity
+                        .as_ref()
+                        .map_or(Duration::from_secs(2), |i| i.watch_interval);
+                    let (token, task) = admin::MetricsToken::start(path, every, &metrics)?;
+                    tasks.add(&task);
+                    Some(token)
+                }
+                None => None,
+            };
+            let mut bound_admin = Vec::with_capacity(a.listen.len());
+            for addr in &a.listen {
+                let l = tokio::net::TcpListener::bind(addr)
                     .await
                     .map_err(|source| ServerError::Admin {
-                        addr: a.listen,
+                        addr: *addr,
                         source,
                     })?;
-                let addr = l.local_addr().ok();
+                admin_addrs.push(l.local_addr().unwrap_or(*addr));
+                bound_admin.push(l);
+            }
+            for l in bound_admin {
                 tasks.add(&tokio::spawn(admin::serve(
                     l,
                     metrics.clone(),
                     readiness.clone(),
+                    token.clone(),
                 )));
-                addr
             }
-            None => None,
-        };
+        }
+        let admin_addr = admin_addrs.first().copied();
         let mut drained: Vec<Pin<Box<dyn std::future::Future<Output = ()> + Send>>> = Vec::new();
         for l in listeners {
             drained.push(Box::pin(l.drained()));
@@ -320,6 +344,7 @@ impl Server {
             identity,
             bound,
             admin_addr,
+            admin_addrs,
             shutdown,
             drained,
             drain_timeout: config.limits.drain_timeout,

@@ -23,8 +23,7 @@
 //! has been served for `limits.idle_trim` (5 s by default): the executable's pages as at start-up,
 //! and the heap's free pages with `malloc_trim(3)`. A sidecar on every node spends most of its
 //! life idle; what it holds then is what the node pays. The first request after a trim faults its
-//! code back in (minor faults from the page cache; docs/benchmarks-history-2026.md "Idle memory"
-//! has the cost).
+//! code back in (minor faults from the page cache, no disk reads).
 
 use std::io::{self, BufRead, BufReader};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

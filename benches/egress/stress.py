@@ -35,11 +35,22 @@ For `--duration` seconds, at the same time, two processes:
   by class (exception name or HTTP status), the distinct client certificates the stand-in saw
   (the peer passes it on in `X-Forwarded-Client-Cert`) and the mutual-TLS connections the peer
   accepted (distinct client ports in its access log, in order).
+- **the new way, pooled** (at the same time, to a second mutual listener of the peer, so the
+  egress keeps a pool of its own for it): one `requests.Session` for the whole run, calls back
+  to back, no recycling: the egress's pooled connection to the peer would carry every call with
+  the certificate of its handshake, were it not dropped after each renewal (issue 43). Counted
+  as the new way, with the client certificates the stand-in saw on this path in order.
 
-Both loops stop at the deadline or at `--max-loads` / `--max-calls`. Renewals are the sidecars'
+The loops stop at the deadline or at `--max-loads` / `--max-calls`. Renewals are the sidecars'
 `ironic_proxy_certificate_renewals_total`, read before and after. Prints one summary line per
-way and a JSON object; exits 1 if the new way failed once, if a loop ran nothing, if the
-renewals were fewer than one per 4 s on either sidecar, or if a sidecar died. Mismatches of the
+way and a JSON object; exits 1 if either new way failed once, if a loop ran nothing, if the
+renewals were fewer than one per 4 s on either sidecar, if a sidecar died, or if the pooled path
+did not follow the renewals. That rule: with R the caller's renewals logged ("renewed our
+certificate", its JSON log's timestamps) between the pooled loop's first call and its last
+answer, the peer must have seen at least R - 1 distinct client certificates on the pooled path
+(each renewal inside the window is followed by calls, bar one that lands just before the last;
+the slack of one more covers timestamps taken in two processes), and none again once a newer
+one was seen (a pooled connection made before a renewal given a call after it). Mismatches of the
 old way are the measurement, not a failure of this script. Listeners and admin endpoints bind
 127.0.0.1:0 (their ports read from the log and /proc), so runs never collide. Needs Python
 `requests` (scripts/test's virtualenv has it).
@@ -47,6 +58,7 @@ old way are the measurement, not a failure of this script. Listeners and admin e
 
 import argparse
 import base64
+import datetime
 import errno
 import hashlib
 import json
@@ -98,6 +110,37 @@ def args_repr(e):
     return f"{type(e).__name__}: {e}"[:200]
 
 
+def pooled_way(args):
+    """One session, calls back to back through the egress to the peer's second listener: the
+    egress's pool carries them, its connections replaced only after renewals."""
+    import requests  # noqa: PLC0415 - only the worker needs it
+
+    url = f"http://127.0.0.1:{args.pooled_port}/"
+    deadline = time.monotonic() + args.duration
+    calls, ok, failures, first = 0, 0, {}, {}
+    s = requests.Session()
+    started = time.time()
+    try:
+        while calls < args.max_calls and time.monotonic() < deadline:
+            calls += 1
+            try:
+                r = s.post(url, json=CALL, timeout=10, headers={"x-stress-way": "pooled"})
+                if r.status_code == 200 and r.content == ANSWER:
+                    ok += 1
+                else:
+                    kind = f"HTTP {r.status_code}"
+                    failures[kind] = failures.get(kind, 0) + 1
+                    first.setdefault(kind, r.text[:200])
+            except requests.RequestException as e:
+                kind = type(e).__name__
+                failures[kind] = failures.get(kind, 0) + 1
+                first.setdefault(kind, args_repr(e))
+    finally:
+        s.close()
+    return {"calls": calls, "ok": ok, "failures": failures, "examples": first,
+            "window": [started, time.time()]}
+
+
 def new_way(args):
     """New connection per JSON-RPC call through the egress (HTTP_PROXY from the environment)."""
     import requests  # noqa: PLC0415 - only the worker needs it
@@ -137,6 +180,8 @@ class Backend(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def __init__(self, path):
         super().__init__(path, Handler)
         self.calls, self.certs, self.lock = 0, set(), threading.Lock()
+        # The pooled path's client certificates in the order first seen, each with its calls.
+        self.pooled = []
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -145,9 +190,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's name
         self.rfile.read(int(self.headers.get("content-length", 0)))
         xfcc = self.headers.get("x-forwarded-client-cert", "")
+        cert = hashlib.sha256(xfcc.encode()).hexdigest()
         with self.server.lock:
             self.server.calls += 1
-            self.server.certs.add(hashlib.sha256(xfcc.encode()).hexdigest())
+            if self.headers.get("x-stress-way") == "pooled":
+                runs = self.server.pooled
+                if runs and runs[-1][0] == cert:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([cert, 1])
+            else:
+                self.server.certs.add(cert)
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(ANSWER)))
@@ -240,6 +293,17 @@ def identity(d, args, export=None):
             + '[admin]\nlisten = "127.0.0.1:0"\n')
 
 
+def renewals_between(log, start, end):
+    """The renewals a sidecar logged between two wall-clock times (Unix seconds)."""
+    n = 0
+    for line in open(log):
+        if '"renewed our certificate"' not in line:
+            continue
+        ts = json.loads(line)["timestamp"].replace("Z", "+00:00")
+        n += start < datetime.datetime.fromisoformat(ts).timestamp() < end
+    return n
+
+
 def peer_connections(log):
     """Mutual-TLS connections the peer accepted, from its access log: the client address
     changes from one request to the next (each call is on a new connection when recycled)."""
@@ -257,7 +321,8 @@ def peer_connections(log):
 def worker(args, which, extra_env=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", which,
            "--duration", str(args.duration), "--dir", args.dir,
-           "--peer-port", str(args.peer_port), "--max-loads", str(args.max_loads),
+           "--peer-port", str(args.peer_port), "--pooled-port", str(args.pooled_port),
+           "--max-loads", str(args.max_loads),
            "--max-calls", str(args.max_calls)] + (["--pooled"] if args.pooled else [])
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, **(extra_env or {})})
@@ -287,12 +352,14 @@ def main():
     ap.add_argument("--max-calls", type=int, default=2_000_000)
     ap.add_argument("--pooled", action="store_true",
                     help="no /recycle: the egress reuses its connections to the peer")
-    ap.add_argument("--worker", choices=("old", "new"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=("old", "new", "pooled"), help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--peer-port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--pooled-port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps((old_way if args.worker == "old" else new_way)(args)))
+        way = {"old": old_way, "new": new_way, "pooled": pooled_way}[args.worker]
+        print(json.dumps(way(args)))
         return
     if args.quick:
         args.duration = 20.0
@@ -313,13 +380,17 @@ def main():
             f'jsonrpc = true\nupstream = "unix:{d}/rpc.sock"\n'
             # POST /recycle: 405 with Connection: close from the peer's sidecar itself.
             f'[[listeners.routes]]\npaths = ["/recycle"]\nmethods = ["GET"]\n'
-            f'upstream = "unix:{d}/rpc.sock"\n'))
+            f'upstream = "unix:{d}/rpc.sock"\n'
+            # The pooled way's own listener: the egress keeps a pool per destination.
+            f'[[listeners]]\nname = "json-rpc-pooled"\nlisten = "127.0.0.1:0"\n'
+            f'tls = "mutual"\njsonrpc = true\nupstream = "unix:{d}/rpc.sock"\n'))
         sidecars.append(peer)
         args.peer_port = peer.listen["json-rpc"]
+        args.pooled_port = peer.listen["json-rpc-pooled"]
         caller = Sidecar(binary, d, "caller", identity(d, args, f"{d}/tls") + (
             f'[[listeners]]\nname = "json-rpc-egress"\nlisten = "127.0.0.1:0"\ntls = "none"\n'
             f'jsonrpc = true\n[listeners.egress]\ncredentials = "{d}/egress.credentials"\n'
-            f'targets = ["127.0.0.1"]\nports = [{args.peer_port}]\n'))
+            f'targets = ["127.0.0.1"]\nports = [{args.peer_port}, {args.pooled_port}]\n'))
         sidecars.append(caller)
         egress_port = caller.listen["json-rpc-egress"]
         renewals0 = {s.name: s.metric("ironic_proxy_certificate_renewals_total")
@@ -330,13 +401,16 @@ def main():
               f"end; {binary}", flush=True)
         args.dir = f"{d}/tls"
         t0 = time.monotonic()
-        old = worker(args, "old")
-        new = worker(args, "new", {
+        proxy_env = {
             "HTTP_PROXY": f"http://{USER}:{PASSWORD}@127.0.0.1:{egress_port}",
             "http_proxy": f"http://{USER}:{PASSWORD}@127.0.0.1:{egress_port}",
-            "NO_PROXY": "", "no_proxy": "", "HTTPS_PROXY": "", "https_proxy": ""})
+            "NO_PROXY": "", "no_proxy": "", "HTTPS_PROXY": "", "https_proxy": ""}
+        old = worker(args, "old")
+        new = worker(args, "new", proxy_env)
+        pooled = worker(args, "pooled", proxy_env)
         o = collect(old, args.duration + 60, "old-way")
         n = collect(new, args.duration + 60, "new-way")
+        pl = collect(pooled, args.duration + 60, "pooled")
         wall = time.monotonic() - t0
         dead = [s.name for s in sidecars if s.p.poll() is not None]
         if dead:
@@ -350,10 +424,16 @@ def main():
         handshake_fail = peer.metric("ironic_proxy_tls_handshake_failures_total")
         time.sleep(0.3)  # the access log's batch
         conns = peer_connections(peer.log)
+        in_window = renewals_between(caller.log, *pl["window"])
     finally:
         for s in sidecars:
             s.stop()
         backend.shutdown()
+    with backend.lock:
+        runs = [list(r) for r in backend.pooled]
+    pooled_certs = len({c for c, _ in runs})
+    came_back = len(runs) - pooled_certs
+    pfail = sum(pl["failures"].values())
     mism = o["failures"].get("KEY_VALUES_MISMATCH", 0)
     other_old = sum(v for k, v in o["failures"].items() if k != "KEY_VALUES_MISMATCH")
     nfail = sum(n["failures"].values())
@@ -364,6 +444,10 @@ def main():
           f"certificates seen {len(backend.certs)}; egress forwarded {egress['forwarded']:.0f} "
           f"(with {n['recycles']} recycles), peer_failed {egress['peer_failed']:.0f}, peer TLS "
           f"failures {peer_tls_fail:.0f}, peer handshake failures {handshake_fail:.0f}")
+    print(f"new way, pooled (one session, the egress's pool): {pl['calls']} calls, {pl['ok']} "
+          f"ok, {pfail} failures {pl['failures']}; client certificates seen {pooled_certs} "
+          f"(calls on each, in order: {[n for _, n in runs]}), {came_back} seen again after a "
+          f"newer one; {in_window} caller renewals during its calls")
     print(f"renewals: caller {renewals['caller']:.0f}, peer {renewals['peer']:.0f} in "
           f"{wall:.0f} s")
     if mism and renewals["caller"]:
@@ -380,13 +464,26 @@ def main():
                            "client_certificates_seen": len(backend.certs),
                            "backend_calls": backend.calls, "egress": egress,
                            "peer_tls_failures": peer_tls_fail,
-                           "peer_handshake_failures": handshake_fail}}
+                           "peer_handshake_failures": handshake_fail},
+               "pooled_way": {**pl, "client_certificates_seen": pooled_certs,
+                              "calls_per_certificate": [n for _, n in runs],
+                              "seen_again_after_a_newer_one": came_back,
+                              "caller_renewals_during_calls": in_window}}
     print(json.dumps(summary, indent=1))
     problems = []
     if nfail or egress["peer_failed"] or n["ok"] != n["calls"]:
         problems.append(f"the new way failed {nfail} calls")
-    if o["loads"] == 0 or n["calls"] == 0:
+    if pfail or pl["ok"] != pl["calls"]:
+        problems.append(f"the pooled way failed {pfail} calls")
+    if o["loads"] == 0 or n["calls"] == 0 or pl["calls"] == 0:
         problems.append("a loop ran nothing")
+    if pooled_certs < in_window - 1 or in_window == 0:
+        problems.append(f"the peer saw {pooled_certs} client certificates on the pooled path "
+                        f"for {in_window} caller renewals during its calls (fewer than "
+                        f"renewals - 1, or no renewal)")
+    if came_back:
+        problems.append(f"{came_back} client certificates came back on the pooled path after "
+                        f"a newer one")
     want = args.duration / 4
     if min(renewals.values()) < want:
         problems.append(f"renewals {renewals}: fewer than {want:.0f}")

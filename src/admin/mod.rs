@@ -1,5 +1,16 @@
 //! The admin listener: `/healthz` (the process runs), `/readyz` (listeners bound, identity valid,
 //! every upstream has a healthy endpoint, not draining) and `/metrics` (Prometheus text).
+//!
+//! One task per address of `[admin] listen`, all serving the same routes. With
+//! `bearer_token_file`, `/metrics` answers 401 without the token ([`token`]); the probes stay
+//! open, because kubelet's HTTP probes carry no credentials and tell nothing an attacker could
+//! use beyond "the process runs".
+
+mod token;
+
+pub use token::check as check_token;
+pub(crate) use token::MetricsToken;
+pub(crate) use token::TokenError;
 
 use crate::metrics::Metrics;
 use crate::proxy::{json_response, response::ResponseBody};
@@ -76,7 +87,12 @@ impl Check for IdentityCheck {
 }
 
 /// Serves the admin endpoints until the process ends.
-pub(crate) async fn serve(listener: TcpListener, metrics: Metrics, readiness: Arc<Readiness>) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    metrics: Metrics,
+    readiness: Arc<Readiness>,
+    token: Option<Arc<MetricsToken>>,
+) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(x) => x,
@@ -88,10 +104,11 @@ pub(crate) async fn serve(listener: TcpListener, metrics: Metrics, readiness: Ar
         };
         let metrics = metrics.clone();
         let readiness = readiness.clone();
+        let token = token.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 crate::trim::note_request();
-                let resp = route(&req, &metrics, &readiness);
+                let resp = route(&req, &metrics, &readiness, token.as_deref());
                 async move { Ok::<_, Infallible>(resp) }
             });
             let conn = http1::Builder::new()
@@ -115,6 +132,7 @@ fn route(
     req: &Request<hyper::body::Incoming>,
     metrics: &Metrics,
     readiness: &Readiness,
+    token: Option<&MetricsToken>,
 ) -> Response<ResponseBody> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return json_response(
@@ -133,15 +151,42 @@ fn route(
                 "text/plain",
             ),
         },
-        "/metrics" => text(
-            StatusCode::OK,
-            metrics.encode(),
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        ),
+        "/metrics" => match token.map(|t| t.check(req.headers())) {
+            Some(Err(refusal)) => unauthorized(refusal),
+            None | Some(Ok(())) => text(
+                StatusCode::OK,
+                metrics.encode(),
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            ),
+        },
         _ => json_response(
             StatusCode::NOT_FOUND,
             "not_found",
             "try /healthz, /readyz or /metrics",
         ),
     }
+}
+
+/// 401 with the challenge of RFC 6750 §3: `invalid_token` when a token was given but is not
+/// the one, `invalid_request` when the field is not one `Bearer <token>`.
+fn unauthorized(refusal: token::Refusal) -> Response<ResponseBody> {
+    let challenge = match refusal {
+        token::Refusal::NoCredentials => "Bearer realm=\"ironic-proxy metrics\"",
+        token::Refusal::Malformed => {
+            "Bearer realm=\"ironic-proxy metrics\", error=\"invalid_request\""
+        }
+        token::Refusal::WrongToken => {
+            "Bearer realm=\"ironic-proxy metrics\", error=\"invalid_token\""
+        }
+    };
+    let mut r = json_response(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "/metrics needs Authorization: Bearer <the token of admin.bearer_token_file>",
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    r
 }

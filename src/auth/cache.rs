@@ -8,10 +8,9 @@
 //! a newer one.
 //!
 //! The keyed hash is SipHash-2-4 with its 128-bit output, a pseudorandom function made for
-//! short inputs: about 250 instructions for a user and password, where HMAC-SHA-256 (two
-//! SHA-256 compressions) cost about 4,800, a tenth of an authenticated keep-alive request
-//! (callgrind, docs/benchmarks-history-2026.md). A FIPS build keeps HMAC-SHA-256 from the validated
-//! module, the approved algorithm for a keyed hash there.
+//! short inputs, where HMAC-SHA-256 runs two SHA-256 compressions for every lookup, on every
+//! authenticated request (the measurement: docs/architecture.md, decisions). A FIPS build keeps
+//! HMAC-SHA-256 from the validated module, the approved algorithm for a keyed hash there.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};

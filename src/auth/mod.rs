@@ -115,7 +115,8 @@ pub(crate) struct Limiter {
 
 impl Limiter {
     /// Half the CPUs (at least one) verify at once, so a flood leaves the other half to the
-    /// event loop; 32 more may wait (at cost 5, about 2 ms each, well under a second).
+    /// event loop; 32 more may wait (a bcrypt of the cost a test or kit uses is short, so the
+    /// queue drains well within a client's patience).
     fn global() -> &'static Self {
         static LIMITER: OnceLock<Limiter> = OnceLock::new();
         LIMITER.get_or_init(|| {

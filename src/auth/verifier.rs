@@ -9,7 +9,7 @@
 //! tid)` applies to the calling thread only, see setpriority(2), "BUGS") and moves itself to the
 //! `SCHED_IDLE` policy, so that a worker that wakes up preempts it at once: Linux's EEVDF
 //! scheduler (6.6 and later) lets a running nice-19 thread of the normal policy finish its slice
-//! first (measured: a waiting request 12 times slower during a flood), while it always preempts
+//! first, so a waiting request would sit behind a whole slice of bcrypt, while it always preempts
 //! a `SCHED_IDLE` one for a woken normal thread (`check_preempt_wakeup_fair`). The threads are
 //! started on the first verification; there are as many as verifications may run at once
 //! ([`super::Limiter`] bounds them and their queue), so a job never waits here for a thread.

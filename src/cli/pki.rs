@@ -23,13 +23,14 @@ use crate::pki::{
 /// `ironic-proxy ca ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum CaCommand {
-    /// Create a CA (ECDSA P-256): DIR/ca.crt and DIR/ca.key (mode 0600).
+    /// Create a CA (ECDSA P-256): DIR/ca.crt, DIR/ca.key (mode 0600) and DIR/ca-bundle.crt,
+    /// the trust bundle (this CA alone until a rotation adds another).
     Init(CaInitArgs),
 }
 
 #[derive(clap::Args, Debug)]
 pub struct CaInitArgs {
-    /// Directory to write ca.crt and ca.key into (created if missing).
+    /// Directory to write ca.crt, ca.key and ca-bundle.crt into (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Subject common name of the CA.
@@ -46,7 +47,7 @@ pub struct CaInitArgs {
     /// Permit leaves for IP addresses in this network (CIDR, or a single address). Repeatable.
     #[arg(long = "permit-ip", value_name = "CIDR", value_parser = parse_network)]
     pub permit_ip: Vec<IpNet>,
-    /// Replace existing ca.crt and ca.key.
+    /// Replace existing ca.crt, ca.key and ca-bundle.crt.
     #[arg(long)]
     pub force: bool,
 }
@@ -124,6 +125,10 @@ fn ca_init(args: CaInitArgs) -> Result<(), PkiError> {
         &[
             ("ca.key", ca.key_pem.as_bytes(), 0o600),
             ("ca.crt", ca.cert_pem.as_bytes(), 0o644),
+            // The file the kit's Secret ironic-proxy-ca carries as the trust of every proxy
+            // and of ironic-image (config/k8s/*/ironic.yaml, key ca-bundle.crt): written here
+            // so that the Secret can be made from this directory as it is.
+            ("ca-bundle.crt", ca.cert_pem.as_bytes(), 0o644),
         ],
         args.force,
     )?;
@@ -265,7 +270,10 @@ fn create_with(path: &Path, contents: &[u8], mode: u32) -> Result<(), PkiError> 
 
 fn display_paths(paths: &[PathBuf]) -> String {
     let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-    names.join(" and ")
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => names.concat(),
+    }
 }
 
 /// A network in CIDR notation, or a single address as a host network (`/32`, `/128`).

@@ -19,6 +19,29 @@ pub struct EgressConfig {
     /// Ports it relays to in plain HTTP, as the client would have sent without a proxy: the
     /// image server that shares a peer's IP (ironic-image's httpd). Never in `ports`.
     pub plain_ports: Vec<u16>,
+    /// What becomes of a request that is neither a TLS target nor a plain port, and whose
+    /// port is not in `ports`.
+    pub others: Others,
+    /// The listener's own address, never a relay's destination.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// `others`: relay the rest of the client's plain HTTP as it would have gone without a proxy,
+/// or refuse it (403).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Others {
+    Relay,
+    #[default]
+    Refuse,
+}
+
+impl Others {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Relay => "relay",
+            Self::Refuse => "refuse",
+        }
+    }
 }
 
 impl EgressConfig {
@@ -105,11 +128,27 @@ pub(super) fn egress_from_raw(
             )),
         );
     }
+    let others = match e.others.as_deref().map(str::trim) {
+        None | Some("refuse") => Others::Refuse,
+        Some("relay") => Others::Relay,
+        Some(other) => {
+            f.push(
+                format!("{path}.others"),
+                msg(format!("{other:?} is not \"relay\" or \"refuse\"")),
+            );
+            Others::Refuse
+        }
+    };
     Some(EgressConfig {
         credentials: PathBuf::from(e.credentials),
         targets,
         ports,
         plain_ports,
+        others,
+        listen: match listen {
+            Some(ListenAddr::Tcp(a)) => Some(*a),
+            _ => None,
+        },
     })
 }
 
@@ -142,6 +181,7 @@ fn port_list(values: &[toml::Value], key: &str, f: &mut Fields) -> Vec<u16> {
 
 #[cfg(test)]
 mod tests {
+    use super::Others;
     use crate::config::Config;
     use std::collections::HashMap;
 
@@ -188,6 +228,33 @@ mod tests {
         let e2 = again.listeners[0].egress.as_ref().expect("egress");
         assert_eq!((&e2.targets, &e2.ports), (&e.targets, &e.ports));
         assert!(e.plain_ports.is_empty());
+        assert_eq!((e.others, e2.others), (Others::Refuse, Others::Refuse));
+    }
+
+    #[test]
+    fn others_is_relay_or_refuse_and_renders() {
+        let text = egress("127.0.0.1:8090", "")
+            .replace("ports = [6189]", "ports = [6189]\nothers = \"relay\"");
+        let c = Config::parse(&text, &HashMap::<String, String>::new()).expect("parses");
+        let e = c.listeners[0].egress.as_ref().expect("egress");
+        assert_eq!(e.others, Others::Relay);
+        assert!(
+            c.render().contains("others = \"relay\"\n"),
+            "{}",
+            c.render()
+        );
+        let again = Config::parse(&c.render(), &HashMap::<String, String>::new()).expect("again");
+        assert_eq!(
+            again.listeners[0].egress.as_ref().expect("egress").others,
+            Others::Relay
+        );
+        let bad = egress("127.0.0.1:8090", "")
+            .replace("ports = [6189]", "ports = [6189]\nothers = \"allow\"");
+        let e = err(&bad);
+        assert!(
+            e.starts_with("listeners[0].egress.others: \"allow\" is not \"relay\" or \"refuse\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub(crate) const LIST_KEYS: &[&str] = &[
     "targets",
     "ports",
     "plain_ports",
+    // `[admin] listen` as a list (a listener's `listen` is a string, never split).
+    "listen",
 ];
 
 /// Expands every `${...}` in `input`.

@@ -6,6 +6,7 @@
 //! Nothing here touches the filesystem except [`Config::load`] reading the file itself; whether
 //! certificate files exist and parse is the identity module's business (`check` runs both).
 
+mod admin;
 mod egress;
 mod identity;
 mod interp;
@@ -21,7 +22,8 @@ mod upstream;
 
 pub use crate::identity::{ExportConfig, IdentityConfig, IdentitySource, IssuerConfig};
 pub use crate::tls::TlsMode;
-pub use egress::EgressConfig;
+pub use admin::AdminConfig;
+pub use egress::{EgressConfig, Others as EgressOthers};
 pub use interp::{expand, Env, InterpError, ProcessEnv};
 pub use listener::{ListenAddr, ListenerConfig, UpstreamAddr, UpstreamConfig};
 pub use routes::{Find, PathPattern, RouteConfig};
@@ -75,11 +77,6 @@ pub struct Config {
     pub listeners: Vec<ListenerConfig>,
     /// `[tls]`: versions, suites and groups for every listener and for peers.
     pub tls: crate::crypto::policy::TlsPolicy,
-}
-
-#[derive(Clone, Debug)]
-pub struct AdminConfig {
-    pub listen: SocketAddr,
 }
 
 #[derive(Clone, Debug)]
@@ -262,10 +259,7 @@ impl Config {
             f.push("limits.header_bytes", msg("must be at least 8192"));
         }
 
-        let admin = raw.admin.and_then(|a| {
-            f.parse::<SocketAddr>("admin.listen", &a.listen)
-                .map(|listen| AdminConfig { listen })
-        });
+        let admin = raw.admin.and_then(|a| admin::admin_from_raw(a, &mut f));
 
         let dns = match raw.dns {
             None => DnsConfig {

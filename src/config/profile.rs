@@ -19,6 +19,7 @@
 //!   listener never gets `[listeners.auth]`: its peers are authenticated by mTLS, and Ironic's
 //!   own `http_basic` credentials pass through it untouched.
 //! - `IRONIC_PROXY_EGRESS_CREDENTIALS`: keeps the `json-rpc-egress` listener (see [`egress`]).
+//! - `IRONIC_PROXY_ADMIN_LISTEN`, `IRONIC_PROXY_METRICS_TOKEN_FILE`: `[admin]` (see [`admin`]).
 //! - `IRONIC_PROXY_TLS_MIN_VERSION`, `IRONIC_PROXY_TLS_CIPHER_SUITES`, `IRONIC_PROXY_TLS_GROUPS`
 //!   (lists comma-separated): the `[tls]` policy; each unset one keeps the default.
 //!
@@ -254,6 +255,7 @@ fn assemble(tree: &mut toml::Value, env: &dyn Env) -> Result<Origins, ProfileErr
             upstream.insert("dns".into(), literal(&peers));
         }
     }
+    admin::assemble(tree, env, &mut origins);
     security::assemble(tree, env, &mut origins)?;
     egress::assemble(tree, env, &mut origins);
     Ok(origins)
@@ -283,6 +285,7 @@ fn add_ironic_ip(tree: &mut toml::Value, env: &dyn Env) -> Result<(), ProfileErr
 }
 
 mod address;
+mod admin;
 mod egress;
 mod listeners;
 mod netlink;

@@ -37,7 +37,9 @@ pub(super) struct RawIdentity {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAdmin {
-    pub listen: String,
+    /// An address or a list of them; typed in `super::admin`.
+    pub listen: toml::Value,
+    pub bearer_token_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,6 +53,8 @@ pub(super) struct RawDns {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimits {
+    /// An integer, or a string of digits: a profile sets it from an environment variable.
+    #[serde(default, deserialize_with = "u32_or_digits")]
     pub max_connections: Option<u32>,
     pub header_bytes: Option<u32>,
     pub request_head_timeout: Option<String>,
@@ -93,6 +97,8 @@ pub(super) struct RawEgress {
     /// Ports relayed in plain HTTP (the image server on a peer's IP), as `ports`.
     #[serde(default)]
     pub plain_ports: Vec<toml::Value>,
+    /// `relay` or `refuse`: what becomes of any other host and port.
+    pub others: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,4 +132,31 @@ pub(super) struct RawRoute {
     /// A string (`local` shorthand) or a table; `find` and `find_timeout` are taken out before
     /// the rest is read like a listener's upstream.
     pub upstream: toml::Value,
+}
+
+/// An optional `u32` written as a TOML integer or, after `${VAR}` interpolation, as a string of
+/// ASCII digits (`"1024"`); anything else (signs, spaces, `0x`, out of range) is an error that
+/// names the value.
+fn u32_or_digits<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum IntOrText {
+        Int(i64),
+        Text(String),
+    }
+    let parsed = match IntOrText::deserialize(d)? {
+        IntOrText::Int(n) => u32::try_from(n).ok(),
+        IntOrText::Text(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse().ok()
+        }
+        IntOrText::Text(s) => {
+            return Err(serde::de::Error::custom(format!(
+                "invalid value {s:?}: expected an integer from 0 to {}",
+                u32::MAX
+            )))
+        }
+    };
+    parsed.map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!("expected an integer from 0 to {}", u32::MAX))
+    })
 }

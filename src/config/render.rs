@@ -74,7 +74,11 @@ impl Config {
             let _ = writeln!(o, "watch_interval = {}\n", d(id.watch_interval));
         }
         if let Some(a) = &self.admin {
-            let _ = writeln!(o, "[admin]\nlisten = {}\n", q(&a.listen.to_string()));
+            let _ = writeln!(o, "[admin]\nlisten = {}", list(&a.listen));
+            if let Some(t) = &a.bearer_token_file {
+                let _ = writeln!(o, "bearer_token_file = {}", q(&t.display().to_string()));
+            }
+            let _ = writeln!(o);
         }
         let _ = writeln!(
             o,
@@ -128,11 +132,12 @@ impl Config {
                 let _ = writeln!(
                     o,
                     "[listeners.egress]\ncredentials = {}\ntargets = {}\nports = [{}]\n\
-                     plain_ports = [{}]",
+                     plain_ports = [{}]\nothers = \"{}\"",
                     q(&e.credentials.display().to_string()),
                     list(&e.targets),
                     join(&e.ports),
-                    join(&e.plain_ports)
+                    join(&e.plain_ports),
+                    e.others.as_str()
                 );
                 continue;
             }

@@ -272,3 +272,26 @@ fn identity_dns_names_are_checked_as_certificate_names() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn max_connections_takes_an_integer_or_a_string_of_digits() {
+    let with = |v: &str| FULL.replace("max_connections = 100", &format!("max_connections = {v}"));
+    let mut vars = env();
+    vars.insert("MAXC".into(), "2048".into());
+    let c = Config::parse(&with("\"${MAXC:-1024}\""), &vars).unwrap();
+    assert_eq!(c.limits.max_connections, 2048);
+    let c = Config::parse(&with("\"${UNSET_MAXC:-1024}\""), &env()).unwrap();
+    assert_eq!(c.limits.max_connections, 1024);
+    for bad in [
+        "\"12a\"",
+        "\"-1\"",
+        "\" 5\"",
+        "\"\"",
+        "\"99999999999\"",
+        "-1",
+    ] {
+        let e = err(&with(bad));
+        assert!(e.contains("limits.max_connections"), "{bad}: {e}");
+    }
+    assert!(err(&with("\"0\"")).contains("must be at least 1"));
+}

@@ -162,7 +162,7 @@ pub async fn run(config: &Config, options: &Options<'_>) -> Report {
         peers::check(config, ours.as_ref(), &mut report).await;
     }
     match &config.admin {
-        Some(a) => net::check_admin(a.listen, &mut report).await,
+        Some(a) => net::check_admin(a.listen[0], &mut report).await,
         None => report.pass("admin", "no [admin] configured"),
     }
     report

@@ -57,6 +57,9 @@ pub(crate) struct ConnClock {
     /// A request or its response ended keep-alive (HTTP/1.1): hyper closes the connection once
     /// that response is out, so it must not park (parking would serve bytes hyper left unread).
     closing: AtomicBool,
+    /// The connection must end gracefully (its client chain is no longer trusted): the
+    /// driver tells hyper, as for a drain.
+    close_requested: AtomicBool,
     head_timeout: Duration,
     idle_timeout: Duration,
 }
@@ -80,6 +83,7 @@ impl ConnClock {
             write_stalled: AtomicU64::new(0),
             settled: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            close_requested: AtomicBool::new(false),
             head_timeout,
             idle_timeout,
         })
@@ -123,6 +127,16 @@ impl ConnClock {
     /// HTTP/1.0.
     pub(super) fn note_closing(&self) {
         self.closing.store(true, Ordering::Release);
+    }
+
+    /// End the connection gracefully: after the response in progress (HTTP/1.1), after the
+    /// streams in flight (HTTP/2). Acted on by the driver.
+    pub(super) fn request_close(&self) {
+        self.close_requested.store(true, Ordering::Release);
+    }
+
+    pub(super) fn close_requested(&self) -> bool {
+        self.close_requested.load(Ordering::Acquire)
     }
 
     /// Whether a request or response has ended keep-alive on this connection.

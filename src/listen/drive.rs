@@ -18,8 +18,8 @@
 //! [`PARK_AFTER`]: most connections a sidecar sees carry one request and then wait (a
 //! conductor's JSON-RPC call, an agent's heartbeat, a probe), and a burst of them would
 //! otherwise hold every one's buffers at once for `PARK_AFTER`. A client that sends its second
-//! request right away pays one new hyper connection for it (about 15,000 instructions, once per
-//! connection) and parks after `PARK_AFTER` from then on.
+//! request right away pays one new hyper connection for it (once per connection) and parks after
+//! `PARK_AFTER` from then on.
 
 use super::conn::ConnClock;
 use super::guard::Guard;
@@ -40,11 +40,10 @@ use tokio::time::Instant;
 
 /// How long an HTTP/1.1 connection waits idle before it parks: long enough that a client
 /// sending requests back to back never parks between two of them (waking a parked connection
-/// builds a new hyper connection: about 15,000 instructions, 40 % of a request, callgrind),
-/// short enough that a burst of clients that each send one request and stay connected does not
-/// hold every one's HTTP buffers at once. A connection parks between one and two of these
-/// after its last response was written. At 1 s, 1,000 connections opened at once held 26 KiB
-/// each half a second later; at 100 ms, 18 KiB (`benches/load/run`, "first 1,000 at once").
+/// builds a new hyper connection, a large part of a request's work), short enough that a burst
+/// of clients that each send one request and stay connected does not hold every one's HTTP
+/// buffers at once. A connection parks between one and two of these after its last response
+/// was written (the measurement behind the value: docs/architecture.md, decisions).
 /// The driver checks an unparked connection every `PARK_AFTER`: ten wake-ups a second, next
 /// to the thousands of requests a busy connection carries.
 pub(super) const PARK_AFTER: Duration = Duration::from_millis(100);
@@ -318,6 +317,9 @@ pin_project_lite::pin_project! {
         shutdown: watch::Receiver<bool>,
         // `drain` has been polled once, so its waker is registered with the watch.
         drain_armed: bool,
+        // The connection was told to end after its requests in flight because the clock asked
+        // for it (an untrusted client chain, see `tls::trust`).
+        closed_early: bool,
     }
 }
 
@@ -342,6 +344,7 @@ impl<C: Served> Drive<C> {
             }),
             shutdown,
             drain_armed: false,
+            closed_early: false,
         }
     }
 }
@@ -352,10 +355,9 @@ impl<C: Served> Future for Drive<C> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut this = self.project();
         // The drain future is polled once to register with the watch, then only once the watch
-        // has changed (an atomic load): polling it on every wake-up re-read the watch's value
-        // under its lock and re-registered its waker, 100 to 400 of about 37,500 instructions
-        // per keep-alive request (callgrind, docs/benchmarks-history-2026.md round 10). The waker
-        // it registered is this task's, the same on every poll, so the watch still wakes the
+        // has changed (an atomic load): polling it on every wake-up would re-read the watch's
+        // value under its lock and re-register its waker on every request. The waker it
+        // registered is this task's, the same on every poll, so the watch still wakes the
         // connection.
         let changed = !*this.drain_armed || this.shutdown.has_changed().unwrap_or(true);
         if let Some(drain) = this.drain.as_mut().filter(|_| changed) {
@@ -368,6 +370,13 @@ impl<C: Served> Future for Drive<C> {
         loop {
             if this.conn.as_mut().poll_serve(cx).is_ready() {
                 return Poll::Ready(());
+            }
+            // Asked for by the service while hyper was polled just now: the same graceful end
+            // as a drain, and hyper polled again to act on it.
+            if !*this.closed_early && this.clock.close_requested() {
+                *this.closed_early = true;
+                this.conn.as_mut().graceful();
+                continue;
             }
             if this.conn.as_mut().woke() {
                 // Checked every PARK_AFTER again, as before it parked.

@@ -28,10 +28,9 @@ use std::sync::{Arc, Mutex};
 
 /// Header fields per request head: hyper's own default (100, as HAProxy's `tune.http.maxhdr`
 /// 101), which the listener leaves as it is; more get 431 from hyper. Left unset, hyper parses
-/// a head into arrays on the stack; set (it was 1024), it allocates two arrays of that many
-/// entries for every request it parses, 2 x 32 KiB at 1024 (docs/benchmarks-history-2026.md
-/// "Performance round 20"). The guard parses with the same bound, so it follows every head hyper
-/// accepts.
+/// a head into arrays on the stack; set, it allocates two arrays of that many entries for
+/// every request it parses. The guard parses with the same bound, so it follows every head
+/// hyper accepts.
 pub(crate) const MAX_HEADERS: usize = 100;
 
 /// Why a request was refused.

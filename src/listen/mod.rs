@@ -20,7 +20,8 @@ pub use serve::serve_stream;
 use crate::config::{Limits, ListenAddr, ListenerConfig, TlsMode};
 use crate::metrics::{HandshakeLabels, ListenerLabels, Metrics};
 use crate::proxy::{ConnInfo, Proxy};
-use crate::tls::{Identities, ReloadableServer};
+use crate::tls::trust::{ListenerTrust, LiveChain};
+use crate::tls::{Identities, ListenerTls, ReloadableServer};
 use conn::ConnClock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -104,6 +105,8 @@ pub(crate) struct Listener {
     permits: Arc<Semaphore>,
     /// Mutual TLS: the client identities parsed so far, shared by connections.
     identities: Identities,
+    /// Mutual TLS: what connections re-check their client chain against after a trust change.
+    trust: Option<Arc<ListenerTrust>>,
 }
 
 impl Listener {
@@ -122,6 +125,13 @@ impl Listener {
         let active = metrics.active_connections.get_or_create(&labels).clone();
         let rejected = metrics.rejected_connections.get_or_create(&labels).clone();
         let parked = metrics.parked_connections.get_or_create(&labels).clone();
+        let trust = tls
+            .as_ref()
+            .filter(|_| cfg.tls == TlsMode::Mutual)
+            .map(|t| {
+                let closed = metrics.untrusted_connections_closed.get_or_create(&labels);
+                ListenerTrust::new(cfg.name.clone(), t.clone(), closed.clone())
+            });
         Self {
             name: cfg.name.clone(),
             cfg,
@@ -135,6 +145,7 @@ impl Listener {
             rejected,
             permits,
             identities: Identities::default(),
+            trust,
         }
     }
 
@@ -235,16 +246,25 @@ impl Listener {
         let head_deadline = accepted + self.limits.request_head_timeout;
         let Some(tls) = self.tls.as_ref().filter(|_| tls) else {
             let info = ConnInfo::new(peer, false);
-            return Self::serve(self.site(), io, false, info, clock, shutdown).await;
+            return Self::serve(self.site(), io, false, info, None, clock, shutdown).await;
         };
+        // The generation goes with the connection: a later one means the trust may have
+        // changed since its client chain was verified (`tls::trust`).
+        let (generation, current) = tls.load_with_generation();
         // Boxed, like the connection below: the handshake's state lives only as long as the
         // handshake, instead of setting the size of every connection's task.
         let handshake = Box::pin(tokio::time::timeout_at(
             head_deadline,
-            crate::tls::stream::accept(tls.load(), io),
+            crate::tls::stream::accept(current.config.clone(), io),
         ));
         let serving = match handshake.await {
-            Ok(Ok(stream)) => self.secured(stream, peer, clock, shutdown),
+            Ok(Ok(stream)) => {
+                let verified = Verified {
+                    generation,
+                    by: &current,
+                };
+                self.secured(stream, peer, clock, shutdown, &verified)
+            }
             Ok(Err(e)) => return self.handshake_failed(peer, classify(&e), &e.to_string()),
             Err(_) => {
                 return self.handshake_failed(
@@ -267,6 +287,7 @@ impl Listener {
         peer: Option<SocketAddr>,
         clock: Arc<ConnClock>,
         shutdown: watch::Receiver<bool>,
+        verified: &Verified<'_>,
     ) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -274,15 +295,24 @@ impl Listener {
         let session = stream.session();
         let h2 = session.alpn_protocol() == Some(b"h2");
         let mut info = ConnInfo::new(peer, true);
+        let mut live = None;
         if self.cfg.tls == TlsMode::Mutual {
-            let id = session
+            let client = session
                 .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|leaf| self.identities.get(leaf));
-            let Some((id, xfcc)) = id else {
+                .and_then(|chain| self.identities.get(chain));
+            let Some(client) = client else {
                 self.handshake_failed(peer, "bad_certificate", "client certificate unreadable");
                 return None;
             };
+            if let (Some(trust), Some(by)) = (&self.trust, &verified.by.clients) {
+                live = Some(Box::new(LiveChain::new(
+                    trust.clone(),
+                    client.chain,
+                    verified.generation,
+                    by,
+                )));
+            }
+            let (id, xfcc) = (client.identity, client.xfcc);
             info.allowed = id.is_allowed(&self.cfg.allow);
             if !info.allowed {
                 tracing::warn!(listener = %self.name, client = %peer.map_or_else(|| "unix".to_owned(), |p| p.to_string()), identity = %id.display_name(), "client certificate outside allow; answering 403");
@@ -292,7 +322,15 @@ impl Listener {
             info.xfcc = xfcc;
             info.identity = Some(id);
         }
-        Some(Self::serve(self.site(), stream, h2, info, clock, shutdown))
+        Some(Self::serve(
+            self.site(),
+            stream,
+            h2,
+            info,
+            live,
+            clock,
+            shutdown,
+        ))
     }
 
     fn handshake_failed(&self, peer: Option<SocketAddr>, reason: &'static str, detail: &str) {
@@ -305,6 +343,12 @@ impl Listener {
             })
             .inc();
     }
+}
+
+/// The configuration a connection's handshake ran under.
+struct Verified<'a> {
+    generation: u64,
+    by: &'a ListenerTls,
 }
 
 async fn accept(bound: &Bound) -> std::io::Result<(Stream, Option<SocketAddr>)> {

@@ -11,6 +11,7 @@ use super::service::Service;
 use super::Listener;
 use crate::config::Limits;
 use crate::proxy::{ConnInfo, Proxy};
+use crate::tls::trust::LiveChain;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::metrics::gauge::Gauge;
@@ -52,6 +53,7 @@ impl Listener {
         io: S,
         h2: bool,
         info: ConnInfo,
+        live: Option<Box<LiveChain>>,
         clock: Arc<ConnClock>,
         shutdown: watch::Receiver<bool>,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>>
@@ -77,6 +79,7 @@ impl Listener {
             info,
             clock: clock.clone(),
             framing: framing.clone(),
+            live,
         };
         let io = TokioIo::new(Activity::new(io, clock.clone(), framing.clone(), http1));
         if h2 {
@@ -126,7 +129,7 @@ where
         // Parked connections are counted per listener; this one belongs to none.
         parked: Gauge::default(),
     };
-    Listener::serve(site, io, h2, info, clock, shutdown).await;
+    Listener::serve(site, io, h2, info, None, clock, shutdown).await;
 }
 
 /// What serving a connection takes from its listener.

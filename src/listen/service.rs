@@ -1,10 +1,15 @@
 //! A connection's hyper service ([`Service`]): every request goes to the listener's [`Proxy`],
 //! counted in flight on the connection's clock until its response body ends, and a
 //! `Connection: close` on either side noted so that HTTP/1.1 parking ends with keep-alive.
+//! On a mutual-TLS connection, each request first checks that the client's chain still
+//! verifies against the listener's trust (`tls::trust`); once it does not, that request is
+//! served and the connection closes after it (`Connection: close` on HTTP/1.1, GOAWAY on
+//! HTTP/2, through the driver).
 
 use super::conn::ConnClock;
 use super::guard;
 use crate::proxy::{ConnInfo, Proxy};
+use crate::tls::trust::{LiveChain, Verdict};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -18,14 +23,46 @@ pub(super) struct Service {
     pub(super) clock: Arc<ConnClock>,
     /// HTTP/1.1: the second reader of the connection's bytes (see `guard`).
     pub(super) framing: Option<Arc<guard::Guard>>,
+    /// Mutual TLS: the client's chain, checked against the current trust before each request.
+    pub(super) live: Option<Box<LiveChain>>,
+}
+
+impl Service {
+    /// Whether the connection must close after this request: its client chain no longer
+    /// verifies against the listener's trust. Logged and counted once per connection.
+    fn untrusted(&self) -> bool {
+        let Some(live) = &self.live else {
+            return false;
+        };
+        match live.check() {
+            Verdict::Keep => false,
+            Verdict::Closing => true,
+            Verdict::Close(reason) => {
+                let client = self
+                    .info
+                    .peer
+                    .map_or_else(|| "unix".to_owned(), |p| p.to_string());
+                let identity = self
+                    .info
+                    .identity
+                    .as_ref()
+                    .map(|id| id.display_name())
+                    .unwrap_or_default();
+                tracing::info!(listener = %live.listener().name, %client, %identity, reason = %reason,
+                    "client certificate chain no longer verifies against the trust bundle; closing the connection after this request");
+                true
+            }
+        }
+    }
 }
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
     type Response = http::Response<crate::proxy::response::ResponseBody>;
     type Error = Infallible;
     // Boxed: hyper keeps a slot for the service's future in every connection, idle or not;
-    // boxing makes that slot a pointer instead of the whole forwarding state machine (about
-    // 2-3 KiB less per idle connection, for one allocation per request).
+    // boxing makes that slot a pointer instead of the whole forwarding state machine (idle
+    // connections outnumber requests in flight, so one allocation per request is the cheaper
+    // side).
     type Future = ServiceFuture;
 
     fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> ServiceFuture {
@@ -41,11 +78,27 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
         let mut guard = self.clock.begin();
         // HTTP/1.1: what ends keep-alive for hyper ends parking too (see `drive`).
         let h1 = self.framing.is_some();
-        if h1 && (req.version() != http::Version::HTTP_11 || wants_close(req.headers())) {
+        let untrusted = self.untrusted();
+        if untrusted {
+            // The driver ends the connection gracefully: after this response on HTTP/1.1,
+            // after the streams in flight on HTTP/2.
+            self.clock.request_close();
+        }
+        if h1
+            && (untrusted || req.version() != http::Version::HTTP_11 || wants_close(req.headers()))
+        {
             self.clock.note_closing();
         }
         Box::pin(async move {
             let mut resp = proxy.handle(req, &info).await;
+            if h1 && untrusted {
+                // Told, so the client does not send its next request into a closing
+                // connection (RFC 9112 §9.6).
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
             // Only the proxy's own error responses carry `Connection: close` (an upstream's is
             // hop-by-hop and removed).
             if h1 && !resp.status().is_success() && wants_close(resp.headers()) {

@@ -2,9 +2,8 @@
 //!
 //! An access line has a fixed set of fields whose types are known. Through `tracing` each field
 //! goes through a `dyn Visit` call, most of them through `fmt` (`%` values), and the JSON ones
-//! through `serde_json` per field; the timestamp is formatted from scratch per line. That was
-//! ~11,000 instructions per line (callgrind, docs/benchmarks-history-2026.md "Performance round
-//! 4"). Here the binary installs [`Direct`] once the subscriber is set
+//! through `serde_json` per field; the timestamp is formatted from scratch per line, all of it
+//! on the event loop of every request. Here the binary installs [`Direct`] once the subscriber is set
 //! ([`super::Stderr::write_access_lines`]) and [`Line::log`] appends the line to the log buffer
 //! itself: strings escaped in one pass, integers without `fmt`, the timestamp's date and time to
 //! the second cached.

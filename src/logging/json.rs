@@ -2,8 +2,7 @@
 //!
 //! `tracing_subscriber`'s JSON format serialises each event with `serde_json` into an adaptor
 //! from `io::Write` to `fmt::Write` that receives every quote, colon and comma separately and
-//! checks each piece for UTF-8: about 25,000 instructions for an access line (callgrind,
-//! docs/benchmarks-history-2026.md "Performance round 4"). [`AccessJson`] makes the same
+//! checks each piece for UTF-8, on every access line. [`AccessJson`] makes the same
 //! `serde_json` calls, in the same order, with the same `tracing-serde` visitor, into a reused byte
 //! buffer, then hands the finished line over in one write. So the bytes are those of the standard
 //! formatter; every other event, and an access event inside a span (whose JSON would carry

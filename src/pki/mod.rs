@@ -45,7 +45,7 @@ pub const BACKDATE: std::time::Duration = std::time::Duration::from_secs(60);
 ///
 /// `Display` is one line naming the problem (the file, the SAN, ...); the underlying cause, when
 /// there is one, is kept as [`std::error::Error::source`] rather than repeated in the message.
-/// Print the whole chain (`{:#}` with `anyhow`, or walk `source()`) for the one-line report.
+/// Print the whole chain (`crate::error::chain` walks `source()`) for the one-line report.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
     #[error("cannot read {}", path.display())]

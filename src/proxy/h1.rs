@@ -3,9 +3,8 @@
 //! [`super::upstream`].
 //!
 //! Why our own and not hyper's client: hyper's HTTP/1.1 client runs every connection as its
-//! own task, fed through a channel, and a response body through another; per keep-alive request
-//! that task, its dispatch and its channels were a quarter of the proxy's user-space instructions
-//! (callgrind, docs/benchmarks-history-2026.md "Our own upstream client"). Here the request's task
+//! own task, fed through a channel, and a response body through another, a hand-off per
+//! keep-alive request (the measurement: docs/architecture.md, decisions). Here the request's task
 //! writes the head and reads the answer itself, and the body is read from the connection by whoever
 //! polls it. What we parse is what httparse parses (hyper's parser too); what is ours is small: the
 //! head's serialisation, the body framing of RFC 9112 §6.3, and chunked decoding (§7.1).
@@ -35,9 +34,9 @@ const MAX_HEADERS: usize = 100;
 /// wrote on a connection and parses that connection's next request into it; the forwarded
 /// request then gains up to five fields (`X-Forwarded-For`, `-Proto`, `-Host`, `-Client-Cert`,
 /// `Via`). With room for an Ironic client's head (python-requests sends about nine fields) plus
-/// those, the request's map never grows on the way through: a grow rehashes every field and
-/// cost about 1,000 instructions per request (callgrind). The price is about 2 KiB more per
-/// connection while hyper holds it, none once the connection parks.
+/// those, the request's map never grows on the way through: a grow rehashes every field, on
+/// every request. The price is the room's memory per connection while hyper holds it, none
+/// once the connection parks.
 const REQUEST_ROOM: usize = 24;
 
 fn invalid(what: &'static str) -> io::Error {

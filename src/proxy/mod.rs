@@ -51,7 +51,7 @@ pub(crate) struct FramingRefused(pub &'static str);
 pub struct ConnInfo {
     pub peer: Option<SocketAddr>,
     /// `peer`'s address as a header value for `X-Forwarded-For`, formatted once per connection
-    /// (formatting it cost about 1,000 instructions per request).
+    /// (not once per request: the address is the connection's).
     pub peer_value: Option<HeaderValue>,
     pub identity: Option<Arc<ClientIdentity>>,
     /// False when a verified client certificate is outside `allow`: every request gets 403.
@@ -167,10 +167,11 @@ impl Proxy {
             Some(e) => match e.admit(&mut req, conn).await {
                 Err(refused) => Err(refused),
                 Ok(admitted) => {
+                    let route = admitted.route;
                     let r = self
-                        .forward(req, conn, Some(admitted.pool), &mut record.rpc_method)
+                        .forward(req, conn, Some(admitted), &mut record.rpc_method)
                         .await;
-                    e.count_result(&r, admitted.plain);
+                    e.count_result(&r, route);
                     r
                 }
             },
@@ -234,7 +235,7 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         conn: &ConnInfo,
-        egress: Option<Arc<Pool>>,
+        egress: Option<egress::Admitted>,
         rpc_method: &mut Option<&'static str>,
     ) -> Result<(Response<ResponseBody>, Arc<str>), ProxyError> {
         admit::check(&req, conn, &self.limits)?;
@@ -307,13 +308,19 @@ impl Proxy {
             xfcc: conn.xfcc.as_ref(),
             version: parts.version,
         };
-        headers::rewrite_request(&mut parts.headers, &fwd);
+        match egress.as_ref().map(|a| a.route) {
+            // A plain relay sends what the client would have sent without a proxy.
+            Some(egress::Route::Plain | egress::Route::Relay) => {
+                egress::rewrite_relayed(&mut parts.headers, parts.version);
+            }
+            _ => headers::rewrite_request(&mut parts.headers, &fwd),
+        }
         if let Some(v) = host {
             parts.headers.insert(header::HOST, v);
         }
         parts.version = Version::HTTP_11;
         let upstream = match (&egress, decision) {
-            (Some(peer), _) => peer,
+            (Some(admitted), _) => &admitted.pool,
             (None, route::Decision::Default) => &self.upstream,
             (None, route::Decision::Forward(pool)) => pool,
             // GET and HEAD only; a body sent with one is not forwarded.

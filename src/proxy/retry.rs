@@ -134,9 +134,8 @@ pub(super) async fn send(
         } else {
             Instant::now()
         };
-        // tokio's timer, one per try: a timer kept by the connection saved about 700
-        // instructions (2 %) per request, under the 5 % a hand-written part must earn
-        // (docs/architecture.md, "Hand-written or library").
+        // tokio's timer, one per try: a timer kept by the connection saved less than a
+        // hand-written part must earn (docs/architecture.md, "Hand-written or library").
         let tried_once = tokio::time::timeout_at(deadline, endpoint.send(req))
             .await
             .map_err(|_| TimedOut);

@@ -3,6 +3,7 @@
 
 use super::allow::{is_allowed, AllowRule};
 use http::HeaderValue;
+use rustls::pki_types::CertificateDer;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -126,7 +127,9 @@ const MAX_IDENTITIES: usize = 256;
 /// conductor) over many connections: the identity and its `X-Forwarded-Client-Cert` value are
 /// then parsed and formatted once per certificate instead of once per handshake, and held once
 /// however many connections carry them. rustls still verifies every handshake's chain; only the
-/// parse of identical bytes is reused, keyed by the whole leaf. An entry lives while a
+/// parse of identical bytes is reused, keyed by the whole leaf. The chain as presented is kept
+/// the same way (a connection re-verifies it after a trust change, see `trust`); a connection
+/// whose intermediates differ from the entry's keeps its own copy. An entry lives while a
 /// connection holds its identity; dead entries are swept when the table is full.
 #[derive(Default)]
 pub(crate) struct Identities {
@@ -136,21 +139,42 @@ pub(crate) struct Identities {
 struct Known {
     identity: Weak<ClientIdentity>,
     xfcc: Option<HeaderValue>,
+    chain: Weak<[CertificateDer<'static>]>,
+}
+
+/// A verified client of one connection: its identity, the identity's XFCC value, and the
+/// chain it presented (leaf first).
+pub(crate) struct Client {
+    pub(crate) identity: Arc<ClientIdentity>,
+    pub(crate) xfcc: Option<HeaderValue>,
+    pub(crate) chain: Arc<[CertificateDer<'static>]>,
 }
 
 impl Identities {
-    /// The identity in the verified leaf `der` and its XFCC header value; `None` when the leaf
+    /// The client of the verified `chain` (leaf first); `None` when there is no leaf or it
     /// cannot be parsed.
-    pub(crate) fn get(&self, der: &[u8]) -> Option<(Arc<ClientIdentity>, Option<HeaderValue>)> {
+    pub(crate) fn get(&self, chain: &[CertificateDer<'static>]) -> Option<Client> {
+        let der: &[u8] = chain.first()?.as_ref();
         if let Ok(known) = self.known.lock() {
             if let Some(k) = known.get(der) {
                 if let Some(identity) = k.identity.upgrade() {
-                    return Some((identity, k.xfcc.clone()));
+                    let chain = k
+                        .chain
+                        .upgrade()
+                        .filter(|c| **c == *chain)
+                        .unwrap_or_else(|| chain.into());
+                    let xfcc = k.xfcc.clone();
+                    return Some(Client {
+                        identity,
+                        xfcc,
+                        chain,
+                    });
                 }
             }
         }
         let identity = Arc::new(ClientIdentity::from_der(der)?);
         let xfcc = HeaderValue::from_str(&identity.xfcc()).ok();
+        let chain: Arc<[CertificateDer<'static>]> = chain.into();
         if let Ok(mut known) = self.known.lock() {
             if known.len() >= MAX_IDENTITIES && !known.contains_key(der) {
                 known.retain(|_, k| k.identity.strong_count() > 0);
@@ -159,11 +183,16 @@ impl Identities {
                 let entry = Known {
                     identity: Arc::downgrade(&identity),
                     xfcc: xfcc.clone(),
+                    chain: Arc::downgrade(&chain),
                 };
                 known.insert(der.into(), entry);
             }
         }
-        Some((identity, xfcc))
+        Some(Client {
+            identity,
+            xfcc,
+            chain,
+        })
     }
 
     #[cfg(test)]
@@ -176,14 +205,19 @@ impl Identities {
 mod tests {
     use super::*;
 
-    fn leaf(dns: &str) -> Vec<u8> {
+    fn leaf(dns: &str) -> Vec<CertificateDer<'static>> {
         let key = rcgen::KeyPair::generate().expect("key");
-        rcgen::CertificateParams::new(vec![dns.to_owned()])
+        let der = rcgen::CertificateParams::new(vec![dns.to_owned()])
             .expect("params")
             .self_signed(&key)
             .expect("certificate")
             .der()
-            .to_vec()
+            .to_vec();
+        vec![CertificateDer::from(der)]
+    }
+
+    fn parts(c: Client) -> (Arc<ClientIdentity>, Option<HeaderValue>) {
+        (c.identity, c.xfcc)
     }
 
     #[test]
@@ -193,8 +227,8 @@ mod tests {
             leaf("conductor-1.ironic.test"),
             leaf("conductor-2.ironic.test"),
         );
-        let (first, xfcc) = table.get(&a).expect("parses");
-        let (again, xfcc_again) = table.get(&a).expect("parses");
+        let (first, xfcc) = parts(table.get(&a).expect("parses"));
+        let (again, xfcc_again) = parts(table.get(&a).expect("parses"));
         assert!(
             Arc::ptr_eq(&first, &again),
             "the same leaf shares its identity"
@@ -203,22 +237,41 @@ mod tests {
         assert_eq!(first.dns, ["conductor-1.ironic.test"]);
         let expected = HeaderValue::from_str(&first.xfcc()).ok();
         assert_eq!(xfcc, expected, "the XFCC value is the identity's");
-        let (other, other_xfcc) = table.get(&b).expect("parses");
+        let (other, other_xfcc) = parts(table.get(&b).expect("parses"));
         assert!(!Arc::ptr_eq(&first, &other));
         assert_eq!(other.dns, ["conductor-2.ironic.test"]);
         assert_ne!(other_xfcc, xfcc);
         // Once no connection holds it, the identity is parsed again (its memory went with
         // the last connection).
         drop((first, again, xfcc, xfcc_again));
-        let (parsed, _) = table.get(&a).expect("parses");
+        let (parsed, _) = parts(table.get(&a).expect("parses"));
         assert_eq!(parsed.dns, ["conductor-1.ironic.test"]);
-        assert!(table.get(b"not a certificate").is_none());
+        assert!(table
+            .get(&[CertificateDer::from(b"not a certificate".to_vec())])
+            .is_none());
+        assert!(table.get(&[]).is_none(), "no leaf");
+    }
+
+    #[test]
+    fn the_same_chain_is_shared_and_other_intermediates_are_kept_apart() {
+        let table = Identities::default();
+        let mut chain = leaf("conductor-1.ironic.test");
+        chain.extend(leaf("intermediate-1.ironic.test"));
+        let first = table.get(&chain).expect("parses");
+        let again = table.get(&chain.clone()).expect("parses");
+        assert!(Arc::ptr_eq(&first.chain, &again.chain), "one copy");
+        assert_eq!(&*first.chain, chain.as_slice());
+        let mut other = chain.clone();
+        other[1] = leaf("intermediate-2.ironic.test").remove(0);
+        let apart = table.get(&other).expect("parses");
+        assert!(Arc::ptr_eq(&first.identity, &apart.identity), "same leaf");
+        assert_eq!(&*apart.chain, other.as_slice(), "its own intermediates");
     }
 
     #[test]
     fn the_table_stays_bounded_and_sweeps_identities_no_connection_holds() {
         let table = Identities::default();
-        let leaves: Vec<Vec<u8>> = (0..MAX_IDENTITIES + 8)
+        let leaves: Vec<Vec<CertificateDer<'static>>> = (0..MAX_IDENTITIES + 8)
             .map(|i| leaf(&format!("c{i}.ironic.test")))
             .collect();
         let held: Vec<_> = leaves
@@ -230,16 +283,16 @@ mod tests {
             MAX_IDENTITIES,
             "no more entries than the bound"
         );
-        for (d, (id, _)) in leaves.iter().zip(&held) {
-            let (again, _) = table.get(d).expect("parses");
+        for (d, c) in leaves.iter().zip(&held) {
+            let again = table.get(d).expect("parses");
             assert_eq!(
-                again.dns, id.dns,
+                again.identity.dns, c.identity.dns,
                 "past the bound, still the right identity"
             );
         }
         drop(held);
-        let (fresh, _) = table.get(&leaf("new.ironic.test")).expect("parses");
-        assert_eq!(fresh.dns, ["new.ironic.test"]);
+        let fresh = table.get(&leaf("new.ironic.test")).expect("parses");
+        assert_eq!(fresh.identity.dns, ["new.ironic.test"]);
         assert_eq!(table.len(), 1, "dead entries swept when the table was full");
     }
 }

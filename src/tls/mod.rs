@@ -4,12 +4,17 @@
 //! One crypto provider for everything: aws-lc-rs. Protocols: TLS 1.3 and 1.2 with rustls'
 //! default suites (ECDHE + AEAD only). Server configurations are rebuilt from every new
 //! [`Material`] generation and swapped into an `ArcSwap`, so the next handshake uses the new
-//! certificate and trust bundle while established connections keep theirs.
+//! certificate and trust bundle. Established connections follow through the configuration's
+//! generation number ([`Reloadable::generation`]): a mutual-TLS server connection whose client
+//! chain no longer verifies against a new trust bundle is closed after its request in flight
+//! ([`trust`]), and a pooled client connection made with an older identity generation is not
+//! given another request (`proxy::upstream`).
 
 pub mod allow;
 mod client_id;
 pub(crate) mod peer;
 pub(crate) mod stream;
+pub(crate) mod trust;
 
 pub use client_id::ClientIdentity;
 pub(crate) use client_id::Identities;
@@ -17,8 +22,10 @@ pub(crate) use client_id::Identities;
 use crate::crypto::{policy, provider};
 use crate::identity::Material;
 use arc_swap::ArcSwap;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -45,9 +52,8 @@ pub enum TlsError {
 /// The listeners' provider: [`provider`] with TLS 1.3's `AES_128_GCM_SHA256` first (listeners
 /// choose the suite: `ignore_client_order`). Same 128-bit security level as `AES_256_GCM_SHA384`
 /// (Mozilla's "modern" profile and Go's crypto/tls put it first), but SHA-256 runs on the CPU's
-/// SHA extensions where aws-lc's SHA-384 falls back to generic code on some CPUs (on an AMD
-/// EPYC, 8 % of an mTLS handshake's CPU in a profile), and AES-128 has 10 rounds instead of 14.
-/// docs/benchmarks-history-2026.md has the before/after.
+/// SHA extensions where aws-lc's SHA-384 falls back to generic code on some CPUs, and AES-128
+/// has 10 rounds instead of 14.
 fn listener_provider() -> rustls::crypto::CryptoProvider {
     let mut p = provider();
     if policy::current().orders_suites() {
@@ -67,20 +73,66 @@ pub fn server_config(
     mode: TlsMode,
     http2: bool,
 ) -> Result<Arc<ServerConfig>, TlsError> {
+    let verifier = match mode {
+        TlsMode::Mutual => Some(client_verifier(material)?),
+        _ => None,
+    };
+    server_config_with(material, verifier, http2)
+}
+
+/// The verifier of a mutual listener's client chains: chain to `trust`, validity window and the
+/// clientAuth EKU, checked by webpki; a missing or invalid certificate fails the handshake. The
+/// same verifier re-checks live connections after a trust change ([`trust`]).
+fn client_verifier(material: &Material) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    WebPkiClientVerifier::builder_with_provider(
+        material.roots.clone(),
+        Arc::new(listener_provider()),
+    )
+    .build()
+    .map_err(TlsError::Verifier)
+}
+
+/// A listener's TLS from one identity generation: the server configuration and, for a mutual
+/// listener, the client verifier inside it with the digest of the trust bundle it was built
+/// from.
+pub(crate) struct ListenerTls {
+    pub(crate) config: Arc<ServerConfig>,
+    pub(crate) clients: Option<trust::ClientTrust>,
+}
+
+/// [`ListenerTls`] of one listener from one identity generation.
+pub(crate) fn listener_tls(
+    material: &Material,
+    mode: TlsMode,
+    http2: bool,
+) -> Result<Arc<ListenerTls>, TlsError> {
+    let clients = match mode {
+        TlsMode::Mutual => Some(trust::ClientTrust::new(
+            client_verifier(material)?,
+            &material.trust_pem,
+        )),
+        _ => None,
+    };
+    let config = server_config_with(
+        material,
+        clients.as_ref().map(trust::ClientTrust::verifier),
+        http2,
+    )?;
+    Ok(Arc::new(ListenerTls { config, clients }))
+}
+
+fn server_config_with(
+    material: &Material,
+    verifier: Option<Arc<dyn ClientCertVerifier>>,
+    http2: bool,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(listener_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone())
+    let builder = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(policy::current().versions())
         .map_err(TlsError::Config)?;
-    let builder = if mode == TlsMode::Mutual {
-        // Chain, validity window and the clientAuth EKU are checked by webpki; a missing or
-        // invalid certificate fails the handshake.
-        let verifier =
-            WebPkiClientVerifier::builder_with_provider(material.roots.clone(), provider)
-                .build()
-                .map_err(TlsError::Verifier)?;
-        builder.with_client_cert_verifier(verifier)
-    } else {
-        builder.with_no_client_auth()
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
         material.certified_key.clone(),
@@ -104,14 +156,19 @@ pub fn server_config(
 }
 
 /// A TLS configuration (a listener's server side, the peers' client side) rebuilt from every
-/// identity generation and swapped in: the next handshake uses it, established connections keep
-/// theirs. A generation that does not build keeps the previous configuration (logged).
+/// identity generation and swapped in: the next handshake uses it. A generation that does not
+/// build keeps the previous configuration (logged). Every swap bumps [`Self::generation`], so
+/// a connection can tell with one atomic load whether the configuration it was made with is
+/// still the current one.
 pub struct Reloadable<T> {
     current: ArcSwap<T>,
+    /// Bumped after every store: a reader that sees a number sees that configuration or a
+    /// newer one ([`Self::load_with_generation`]).
+    generation: AtomicU64,
 }
 
 /// A listener's server configuration.
-pub(crate) type ReloadableServer = Reloadable<ServerConfig>;
+pub(crate) type ReloadableServer = Reloadable<ListenerTls>;
 /// The client configuration towards peers.
 pub(crate) type ReloadableClient = Reloadable<rustls::ClientConfig>;
 
@@ -120,6 +177,7 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
     pub fn fixed(config: Arc<T>) -> Arc<Self> {
         Arc::new(Self {
             current: ArcSwap::new(config),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -137,7 +195,14 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
             while rx.changed().await.is_ok() {
                 let material = rx.borrow_and_update().clone();
                 match build(&material) {
-                    Ok(cfg) => target.current.store(cfg),
+                    Ok(cfg) => {
+                        target.current.store(cfg);
+                        // After the store (Release): see `load_with_generation`.
+                        let generation = target.generation.fetch_add(1, Ordering::Release) + 1;
+                        // From here on new handshakes, and live connections at their next
+                        // request, follow the new identity: the moment a rotation takes effect.
+                        tracing::info!(%what, generation, serial = %material.serial, "TLS configuration follows the new identity");
+                    }
                     Err(e) => {
                         tracing::warn!(%what, error = %crate::error::chain(&e), "keeping the previous TLS configuration")
                     }
@@ -149,6 +214,20 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
 
     pub fn load(&self) -> Arc<T> {
         self.current.load_full()
+    }
+
+    /// The number of configurations stored since the first.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The current configuration and a generation number it is at least as new as. The number
+    /// is read first: a swap in between labels the newer configuration with the older number,
+    /// which only makes a connection look outdated one swap early, never current when it is
+    /// not.
+    pub fn load_with_generation(&self) -> (u64, Arc<T>) {
+        let generation = self.generation();
+        (generation, self.current.load_full())
     }
 }
 

@@ -19,12 +19,23 @@ impl PeerTls {
         Self { config, name }
     }
 
+    /// A TLS connection over `tcp` with the current identity, and the generation of the
+    /// client configuration it was made with (see [`Self::generation`]).
     pub async fn connect(
         &self,
         tcp: TcpStream,
-    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-        let connector = tokio_rustls::TlsConnector::from(self.config.load());
-        connector.connect(self.name.clone(), tcp).await
+    ) -> std::io::Result<(tokio_rustls::client::TlsStream<TcpStream>, u64)> {
+        let (generation, config) = self.config.load_with_generation();
+        let connector = tokio_rustls::TlsConnector::from(config);
+        let stream = connector.connect(self.name.clone(), tcp).await?;
+        Ok((stream, generation))
+    }
+
+    /// The generation of the current client configuration: it changes with every identity
+    /// generation (a renewed certificate, a new trust bundle), so a connection made with an
+    /// older one presents a certificate that has since been replaced.
+    pub fn generation(&self) -> u64 {
+        self.config.generation()
     }
 }
 

@@ -600,15 +600,20 @@ def tail(path, lines=40):
 
 EGRESS_PORT = 8090  # the sidecar's egress listener, on the instance's own loopback IP
 EGRESS_USER = "ironic-rpc"
-# A fake ramdisk agent (tests/e2e/ironic_e2e.py, --egress): an address that is no conductor's.
+# A fake ramdisk agent (tests/e2e/ironic_e2e.py, --egress): an address that is no conductor's,
+# inside the peers' CIDR (PEER_CIDR) as Metal3's agents are inside the conductors' subnet.
 AGENT_IP = "127.0.0.5"
 AGENT_PORT = 9999
+PEER_CIDR = "127.0.0.0/29"
+# An image server outside every target.
+IMAGE_IP = "127.0.0.9"
 
 
 def egress_listener(inst, peer_ips, credentials):
     """The egress listener appended to `sidecar_config`: the same as the built-in profile's
-    (config/profiles/sidecar.toml) with the test's addresses."""
-    targets = ", ".join(f'"{ip}/32"' for ip in peer_ips)
+    (config/profiles/sidecar.toml) with the test's addresses, the peers' CIDR among them, and
+    `others = "relay"` as the profile sets it."""
+    targets = ", ".join([f'"{ip}/32"' for ip in peer_ips] + [f'"{PEER_CIDR}"'])
     return f"""
 [[listeners]]
 name = "json-rpc-egress"
@@ -619,6 +624,7 @@ jsonrpc = true
 credentials = "{credentials}"
 targets = ["*.ironic.metal3.svc", {targets}]
 ports = [{RPC_PORT}]
+others = "relay"
 """
 
 
@@ -642,10 +648,12 @@ def egress_ironic_conf(conf):
 
 
 def egress_env(inst, password):
-    """Ironic's environment for egress: keystoneauth (JSON-RPC) and requests send http:// URLs
-    to HTTP_PROXY, except for the hosts of NO_PROXY: loopback and the agents' network (here the
-    fake agent's address). The conductors' own IPs must not be in NO_PROXY."""
+    """Ironic's environment for egress, as the kit sets it: keystoneauth (JSON-RPC) and requests
+    send every http:// URL to HTTP_PROXY; no_proxy names loopback only (127.0.0.1, not the
+    conductors' 127.0.0.2-4), and the egress relays what is not JSON-RPC."""
+    no_proxy = "localhost,127.0.0.1,::1"
     return {
         "HTTP_PROXY": f"http://{EGRESS_USER}:{password}@{inst.ip}:{EGRESS_PORT}",
-        "NO_PROXY": f"localhost,127.0.0.1,{AGENT_IP}/32",
+        "NO_PROXY": no_proxy,
+        "no_proxy": no_proxy,
     }

@@ -212,8 +212,13 @@ fn removed_records_lose_traffic_quickly_and_added_ones_wait_for_their_health_che
         (farm.backends[3].checks().len() >= 2).then_some(())
     })
     .expect("the new endpoint is health-checked");
-    // Absence check: a further health interval in which the failing b4 must get no request.
-    std::thread::sleep(INTERVAL);
+    // Two more failed checks of b4: the proxy has judged it failing again, and must still send
+    // it nothing.
+    let checked = farm.backends[3].checks().len();
+    poll_until(INTERVAL * 5, || {
+        (farm.backends[3].checks().len() >= checked + 2).then_some(())
+    })
+    .expect("the failing endpoint is checked again");
     assert_eq!(
         farm.backends[3].hit_count(),
         0,

@@ -494,3 +494,96 @@ fn egress_new_connections_during_identity_rotation_all_succeed() {
     );
     assert_eq!(rig.egress_count("peer_failed"), 0.0);
 }
+
+/// `others = "relay"` (issue 42): curl through the egress reaches plain HTTP servers that are
+/// neither a TLS target nor a plain port (a host outside `targets`, and IPv6) as a direct
+/// request would: origin form, no `Proxy-Authorization`, no `X-Forwarded-*` of ours, `Via`
+/// added; counted `relayed`. A port of `ports` on a host outside `targets` stays 403 and is
+/// never dialled, and so does the egress's own address.
+#[test]
+fn egress_relays_other_plain_http_and_keeps_tls_ports_to_targets() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let ca = node::ca_init(&d.join("ca"), &[]);
+    let v6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    let servers: Vec<FileServer> = [IpAddr::V4([127, 0, 0, 3].into()), v6]
+        .into_iter()
+        .map(|ip| {
+            let addr = SocketAddr::new(ip, node::free_port_on(ip));
+            let s = FileServer::start(KeptListener::bind(addr).expect("bind"));
+            s.put(
+                "/v1/commands",
+                b"{\"ok\": true}\n",
+                std::time::SystemTime::now(),
+            );
+            s
+        })
+        .collect();
+    let tls_port = Catcher::on([127, 0, 0, 3]);
+    let cred = d.join("egress.credentials");
+    std::fs::write(&cred, format!("{USER}:{PASSWORD}\n")).expect("credentials");
+    let base = egress_config(&ca, &cred, tls_port.port(), "1h", "20m");
+    let egress = Node::start(d, "egress", LOCALHOST, move |admin, listen| {
+        format!("{}others = \"relay\"\n", base(admin, listen))
+    });
+    let proxy = format!("http://{}", egress.listen);
+    let get = |target: &str| {
+        let out = curl(&[
+            "-x",
+            &proxy,
+            "--proxy-user",
+            &creds(),
+            "-H",
+            "x-request-id: r1",
+            "-w",
+            "\n%{http_code}",
+            target,
+        ]);
+        let (body, status) = out.stdout.rsplit_once('\n').expect("status line");
+        (
+            status.trim().parse::<u16>().expect("status"),
+            body.to_owned(),
+        )
+    };
+    for s in &servers {
+        let url = match s.addr {
+            SocketAddr::V6(a) => format!("http://[{}]:{}/v1/commands", a.ip(), a.port()),
+            SocketAddr::V4(a) => format!("http://{a}/v1/commands"),
+        };
+        let (status, body) = get(&url);
+        assert_eq!((status, body.as_str()), (200, "{\"ok\": true}\n"), "{url}");
+        let hits = s.hits();
+        assert_eq!(hits.len(), 1, "{url}");
+        let hit = &hits[0];
+        assert_eq!(
+            hit.header("via"),
+            Some("1.1 ironic-proxy"),
+            "{:?}",
+            hit.headers
+        );
+        assert_eq!(hit.header("x-request-id"), Some("r1"));
+        for absent in ["proxy-authorization", "proxy-connection", "x-forwarded-for"] {
+            assert_eq!(hit.header(absent), None, "{absent}: {:?}", hit.headers);
+        }
+    }
+    let count = |outcome| {
+        egress.metric(
+            "ironic_proxy_egress_requests_total",
+            &[("listener", EGRESS), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(count("relayed"), 2.0, "{}", egress.metrics());
+    // The TLS port on a host outside targets, and the egress itself: 403, never dialled.
+    let (status, _) = get(&format!("http://127.0.0.3:{}/", tls_port.port()));
+    assert_eq!(status, 403);
+    let (status, _) = get(&format!("http://{}/", egress.listen));
+    assert_eq!(status, 403);
+    // Past an answer the catcher would have accepted a connection by now; it took none.
+    assert_eq!(count("target_refused"), 2.0, "{}", egress.metrics());
+    assert_eq!(
+        tls_port.accepted(),
+        0,
+        "the refused TLS port was never dialled"
+    );
+    assert_eq!(count("relayed"), 2.0);
+}

@@ -150,17 +150,32 @@ fn sighup_reloads_under_load_including_a_broken_certificate() {
     let keep = start(&rpc, 2, max, Spec::get("/keep"));
     let posts = start(&api, 1, max, Spec::post("/post"));
 
+    // Each certificate serves the load (new connections, keep-alive, POSTs) before the next
+    // SIGHUP: the test waits for those requests, not for a time.
+    let serve_some = || {
+        let bound = Duration::from_secs(20);
+        fresh.wait_more(3, bound);
+        keep.wait_more(3, bound);
+        posts.wait_more(1, bound);
+    };
+    let reloaded = |n: u32| {
+        proxy.wait_metric(
+            "ironic_proxy_reloads_total",
+            &[("what", "certificate")],
+            Duration::from_secs(10),
+            |v| v >= f64::from(n),
+        )
+    };
     let hups = 8;
-    for _ in 0..hups {
-        // Exercised: each certificate serves the load for a while before the next SIGHUP.
-        std::thread::sleep(Duration::from_millis(1500));
+    for i in 1..=hups {
+        serve_some();
         let leaf = sb.ca.server_leaf();
         replace_identity(sb.dir.path(), &leaf.cert_pem, &leaf.key_pem);
         proxy.signal("HUP");
+        reloaded(i);
     }
     // A broken certificate: the reload fails, the last good one stays in use.
-    // Exercised: the load runs on the last good certificate before the broken one.
-    std::thread::sleep(Duration::from_millis(1500));
+    serve_some();
     let kept = sb.ca.server_leaf();
     std::fs::write(sb.path("tls.crt"), "-----BEGIN CERTIFICATE-----\nbroken\n").expect("write");
     proxy.signal("HUP");
@@ -171,12 +186,13 @@ fn sighup_reloads_under_load_including_a_broken_certificate() {
         );
         (v >= 1.0).then_some(v)
     });
-    // Exercised: the load runs on the kept certificate after the failed reload.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The load runs on the kept certificate after the failed reload.
+    serve_some();
     replace_identity(sb.dir.path(), &kept.cert_pem, &kept.key_pem);
     proxy.signal("HUP");
-    // Exercised: the load runs after the last reload.
-    std::thread::sleep(Duration::from_millis(1500));
+    reloaded(hups + 1);
+    // The load runs after the last reload.
+    serve_some();
     let (fresh, keep, posts) = (fresh.finish(), keep.finish(), posts.finish());
     let seen = serials(&fresh);
     let reloads = proxy.metric("ironic_proxy_reloads_total", &[("what", "certificate")]);
@@ -271,7 +287,9 @@ fn sigterm_drains_in_flight_requests_then_refuses() {
     let signalled = Instant::now();
     proxy.signal("TERM");
     // Stops accepting at once, while the slow requests are still running.
-    let refused = poll_until(Duration::from_millis(500), || {
+    // "At once" is not timed here (a busy machine delays any process): the bound only catches a
+    // listener that stays open; the drain's own order is in the paused-clock tests.
+    let refused = poll_until(Duration::from_secs(5), || {
         std::net::TcpStream::connect(proxy.addr("plain"))
             .is_err()
             .then(|| signalled.elapsed())
@@ -399,20 +417,27 @@ fn a_restarting_local_ironic_falls_back_to_dns_peers() {
     let gets = start(&dial, 3, max, Spec::get("/get"));
     let posts = start(&dial, 1, max, Spec::post("/post"));
     let restarts = 3;
+    let by_peers = || peers.iter().map(Backend::hit_count).sum::<usize>();
+    let bound = Duration::from_secs(15);
     for _ in 0..restarts {
-        // Exercised: local Ironic serves the load between restarts.
-        std::thread::sleep(Duration::from_secs(2));
+        // Local Ironic serves the load (after a passing health check, once restarted).
+        let serving = local.as_ref().expect("running");
+        poll_until(bound, || (serving.all().len() >= 10).then_some(()))
+            .expect("local Ironic serves the load");
         // Ironic restarting: the socket file stays, nobody listens.
         let path = local.take().expect("running").path.clone();
         drop(std::os::unix::net::UnixListener::bind(&path).expect("rebind the socket file"));
-        // Exercised: the outage lasts 2 s under load.
-        std::thread::sleep(Duration::from_secs(2));
+        // The outage lasts until the peers have served the load for a while.
+        let before = by_peers();
+        poll_until(bound, || (by_peers() >= before + 10).then_some(()))
+            .expect("the peers take over while local Ironic is down");
+        gets.wait_more(10, bound);
         local = Some(local_ironic(&sock));
     }
-    // Exercised: the load runs on after the last restart.
-    std::thread::sleep(Duration::from_secs(2));
+    // The load runs on after the last restart.
+    gets.wait_more(10, bound);
     let (gets, posts) = (gets.finish(), posts.finish());
-    let by_peers: usize = peers.iter().map(Backend::hit_count).sum();
+    let by_peers = by_peers();
     eprintln!(
         "local Ironic restarted {restarts} times: peers answered {by_peers} requests, local {} \
          (last run); retries {}",
@@ -438,16 +463,32 @@ fn a_restarting_peer_is_retried_around() {
     let max = Duration::from_secs(30);
     let gets = start(&dial, 3, max, Spec::get("/get"));
     let posts = start(&dial, 1, max, Spec::post("/post"));
-    for peer in peers.iter_mut().take(2) {
-        // Exercised: the load runs on all peers before the next one is killed.
-        std::thread::sleep(Duration::from_secs(2));
-        peer.stop();
-        // Exercised: the peer stays down for 3 s under load.
-        std::thread::sleep(Duration::from_secs(3));
-        peer.restart();
+    let bound = Duration::from_secs(15);
+    for i in 0..2 {
+        // The load runs on all peers before the next one is killed.
+        let before: Vec<usize> = peers.iter().map(Backend::hit_count).collect();
+        poll_until(bound, || {
+            peers
+                .iter()
+                .zip(&before)
+                .all(|(p, b)| p.hit_count() >= b + 3)
+                .then_some(())
+        })
+        .expect("every peer serves the load");
+        peers[i].stop();
+        // The peer stays down until the proxy has taken it out and the load ran on without it.
+        proxy.wait_metric(
+            "ironic_proxy_upstream_endpoints",
+            &[("upstream", "api"), ("state", "healthy")],
+            bound,
+            |v| v == 2.0,
+        );
+        gets.wait_more(10, bound);
+        peers[i].restart();
+        wait_healthy(&proxy, 3.0);
     }
-    // Exercised: the load runs on after the last restart.
-    std::thread::sleep(Duration::from_secs(3));
+    // The load runs on after the last restart.
+    gets.wait_more(10, bound);
     let (gets, posts) = (gets.finish(), posts.finish());
     eprintln!(
         "two peers killed and restarted in turn: retries {}, hits {:?}",
@@ -470,8 +511,9 @@ fn a_dns_outage_leaves_traffic_on_the_last_known_peers() {
     let max = Duration::from_secs(40);
     let gets = start(&dial, 2, max, Spec::get("/get"));
     let posts = start(&dial, 1, max, Spec::post("/post"));
-    // Exercised: the load runs with DNS up before the outage.
-    std::thread::sleep(Duration::from_secs(2));
+    let bound = Duration::from_secs(15);
+    // The load runs with DNS up before the outage.
+    gets.wait_more(10, bound);
     let failures_before = proxy.metric("ironic_proxy_dns_failures_total", &[("upstream", "api")]);
     dns.stop();
     let stopped = Instant::now();
@@ -481,8 +523,14 @@ fn a_dns_outage_leaves_traffic_on_the_last_known_peers() {
         Duration::from_secs(15),
         |v| v > failures_before,
     );
-    // Exercised: the outage lasts 3 s more under load after the first failed resolution.
-    std::thread::sleep(Duration::from_secs(3));
+    // The outage lasts, under load, until a second resolution has failed.
+    proxy.wait_metric(
+        "ironic_proxy_dns_failures_total",
+        &[("upstream", "api")],
+        Duration::from_secs(15),
+        |v| v >= failures_before + 2.0,
+    );
+    gets.wait_more(10, bound);
     let outage = stopped.elapsed();
     let hits_during: Vec<usize> = peers.iter().map(Backend::hit_count).collect();
     let resolutions = proxy.metric("ironic_proxy_dns_resolutions_total", &[("upstream", "api")]);
@@ -493,8 +541,8 @@ fn a_dns_outage_leaves_traffic_on_the_last_known_peers() {
         Duration::from_secs(15),
         |v| v > resolutions,
     );
-    // Exercised: the load runs on after DNS is back.
-    std::thread::sleep(Duration::from_secs(1));
+    // The load runs on after DNS is back.
+    gets.wait_more(10, bound);
     let (gets, posts) = (gets.finish(), posts.finish());
     eprintln!(
         "DNS down for {outage:?}: {} failed resolutions counted; peers' hits {hits_during:?}; \
@@ -582,8 +630,17 @@ fn export_dir_on_a_full_then_read_only_filesystem_keeps_serving() {
         (v >= full + 1.0).then_some(v)
     })
     .expect("an export to a read-only filesystem is counted");
-    // Exercised: the load runs on with the export directory read-only.
-    std::thread::sleep(Duration::from_secs(2));
+    // The load runs on with the export directory read-only, across one more renewal.
+    let renewed_ro = proxy.metric("ironic_proxy_certificate_renewals_total", &[]);
+    proxy.wait_metric(
+        "ironic_proxy_certificate_renewals_total",
+        &[],
+        Duration::from_secs(10),
+        |v| v > renewed_ro,
+    );
+    let bound = Duration::from_secs(15);
+    gets.wait_more(10, bound);
+    fresh.wait_more(3, bound);
     let (gets, fresh, posts) = (gets.finish(), fresh.finish(), posts.finish());
     let renewals = proxy.metric("ironic_proxy_certificate_renewals_total", &[]);
     let seen = serials(&fresh);

@@ -10,6 +10,7 @@
 mod support;
 
 mod access_log_flush;
+mod admin_exposure;
 mod adversarial_framing;
 mod adversarial_h2;
 mod adversarial_headers;
@@ -26,6 +27,7 @@ mod discovery_dns;
 mod doctor;
 mod dual_stack;
 mod egress;
+mod egress_strict;
 mod faults_load;
 mod identity_ca_rotation;
 mod identity_export;
@@ -33,9 +35,11 @@ mod identity_failures;
 mod identity_rotation;
 mod inmem;
 mod jsonrpc_visibility;
+mod kit_cli;
 mod memory_trim;
 mod pki_cli;
 mod profiles;
+mod rotation_live;
 mod routes_auth;
 mod routes_find;
 mod sidecar_admin;

@@ -453,7 +453,41 @@ fn ca_init_writes_a_private_key_and_refuses_to_overwrite_without_force() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(leftovers.len(), 2, "{leftovers:?}");
+    assert_eq!(leftovers.len(), 3, "{leftovers:?}");
+    // The trust bundle the kit mounts is rewritten with the new CA, never left on the old one.
+    assert_eq!(
+        fs::read(dir.join("ca-bundle.crt")).unwrap(),
+        fs::read(&crt).unwrap()
+    );
+}
+
+#[test]
+fn ca_init_writes_the_trust_bundle_the_kit_mounts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ca");
+    let (crt, _) = ca_init(&dir, &[]);
+    let bundle = dir.join("ca-bundle.crt");
+    assert_eq!(fs::read(&bundle).unwrap(), fs::read(&crt).unwrap());
+    assert_eq!(
+        fs::metadata(&bundle).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    // A leaf issued by the CA verifies against the bundle, as a peer's trust would check it.
+    let leaf = tmp.path().join("leaf");
+    ok(&issue(
+        &(crt, dir.join("ca.key")),
+        &leaf,
+        &["--dns", "ironic.metal3.svc"],
+    ));
+    assert!(verify_ok(&bundle, &leaf.join("tls.crt")));
+    // Nothing is written when only the bundle is in the way.
+    let other = tmp.path().join("other");
+    fs::create_dir(&other).unwrap();
+    fs::write(other.join("ca-bundle.crt"), b"kept").unwrap();
+    let line = fails_with_one_line(&ironic_proxy(&["ca", "init", "--out", s(&other)]));
+    assert!(line.contains("ca-bundle.crt already exists"), "{line}");
+    assert_eq!(fs::read(other.join("ca-bundle.crt")).unwrap(), b"kept");
+    assert!(!other.join("ca.key").exists());
 }
 
 #[test]

@@ -78,16 +78,23 @@ fn sighup_after_renaming_new_files_over_serves_the_new_certificate() {
     let mut old = HttpConn::tls(proxy.addr("api"), cfg.clone()).unwrap();
     assert_eq!(old.get("/before").unwrap().status, 200);
     assert_eq!(old.peer_leaf(), sb.server.der);
-    // The file watcher's first look (its interval's first tick) can land a few ms after
-    // /readyz turns 200, and would legitimately notice a change made before it. That look is
-    // not observable from outside, so give it time: after it, only SIGHUP can trigger a reload.
-    std::thread::sleep(Duration::from_millis(200));
+    // The file watcher's first look (its interval's first tick, at start) would legitimately
+    // notice a change made before it. The watcher handles one wake-up at a time, and that tick
+    // is ready from the start, so once it has answered a SIGHUP (unchanged files: a forced
+    // reload, logged and counted) the first look is behind it and only SIGHUP can reload.
+    proxy.signal("HUP");
+    proxy.wait_metric(
+        "ironic_proxy_reloads_total",
+        &[("what", "certificate")],
+        Duration::from_secs(10),
+        |v| v >= 1.0,
+    );
 
     let new = sb.ca.server_leaf();
     rename_over(&sb.path("tls.crt"), &new.cert_pem);
     rename_over(&sb.path("tls.key"), &new.key_pem);
-    // Absence check: polling is off, so no reload may happen without SIGHUP.
-    std::thread::sleep(Duration::from_millis(300));
+    // Polling is off, so the old certificate stays until SIGHUP (and the logs below show that
+    // every reload was a forced one).
     assert_eq!(
         presented(&proxy, "api", &cfg),
         sb.server.der,
@@ -106,9 +113,19 @@ fn sighup_after_renaming_new_files_over_serves_the_new_certificate() {
     assert_eq!(old.get("/after").unwrap().status, 200);
     assert_eq!(old.peer_leaf(), sb.server.der);
 
+    // The barrier's reload and SIGHUP's, both forced: none came from polling.
     assert_eq!(
         proxy.metric("ironic_proxy_reloads_total", &[("what", "certificate")]),
-        1.0
+        2.0
+    );
+    let reloads: Vec<String> = proxy
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("identity reloaded from files"))
+        .collect();
+    assert!(
+        reloads.len() == 2 && reloads.iter().all(|l| l.contains("forced=true")),
+        "every reload came from SIGHUP: {reloads:#?}"
     );
     assert_eq!(
         proxy.metric(

@@ -9,6 +9,10 @@
 //! networking service's listener on (`IRONIC_PROXY_NETWORKING_RPC_SOCKET`), its port
 //! (`IRONIC_PROXY_NETWORKING_RPC_PORT`, 6190) is added to `ports`: conductors' calls to
 //! `ironic-networking` leave over mutual TLS too.
+//!
+//! `others` is `IRONIC_PROXY_EGRESS_OTHERS` (default `relay`): every other `http://` call of
+//! Ironic (agents, images, Redfish over HTTP) is relayed in plain HTTP as it would have gone
+//! direct, so the kit sets no `no_proxy` beyond loopback; `refuse` answers them 403.
 
 use super::{Env, Origins};
 
@@ -76,6 +80,10 @@ pub(super) fn assemble(tree: &mut toml::Value, env: &dyn Env, origins: &mut Orig
     origins.keys.push((
         format!("listeners[{at}].egress.credentials"),
         "IRONIC_PROXY_EGRESS_CREDENTIALS",
+    ));
+    origins.keys.push((
+        format!("listeners[{at}].egress.others"),
+        "IRONIC_PROXY_EGRESS_OTHERS",
     ));
 }
 
@@ -171,6 +179,15 @@ mod tests {
         assert_eq!(
             (e.ports.as_slice(), e.plain_ports.as_slice()),
             (&[6189, 6191][..], &[6180][..])
+        );
+        assert_eq!(e.others, crate::config::EgressOthers::Relay);
+        let e = egress_of(&pod(&[on[0], ("IRONIC_PROXY_EGRESS_OTHERS", "refuse")]));
+        assert_eq!(e.others, crate::config::EgressOthers::Refuse);
+        let bad = pod(&[on[0], ("IRONIC_PROXY_EGRESS_OTHERS", "open")]);
+        let err = crate::error::chain(&load("sidecar", &bad).expect_err("refused"));
+        assert!(
+            err.contains("egress.others (from IRONIC_PROXY_EGRESS_OTHERS): \"open\" is not"),
+            "{err}"
         );
         let clash = pod(&[on[0], ("IRONIC_PROXY_EGRESS_PLAIN_PORTS", "6189")]);
         let err = crate::error::chain(&load("sidecar", &clash).expect_err("refused"));

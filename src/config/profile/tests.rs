@@ -83,8 +83,14 @@ fn the_sidecar_takes_irso_paths_ports_and_every_pod_ip() {
     );
     assert!(api.upstream.fallback.is_empty());
     assert_eq!(
-        c.admin.as_ref().map(|a| a.listen.to_string()).as_deref(),
-        Some("[::]:9901")
+        c.admin
+            .as_ref()
+            .map(|a| a.listen.iter().map(ToString::to_string).collect::<Vec<_>>()),
+        Some(vec![
+            "192.168.111.21:9901".to_owned(),
+            "[fd00:1101::21]:9901".to_owned(),
+            "127.0.0.1:9901".to_owned()
+        ])
     );
 }
 

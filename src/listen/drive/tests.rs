@@ -64,6 +64,7 @@ fn connect(addr: UpstreamAddr, limits: &Limits) -> (DuplexStream, Gauge, watch::
         server,
         false,
         ConnInfo::new(None, false),
+        None,
         clock,
         shutdown,
     );

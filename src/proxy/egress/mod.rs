@@ -1,38 +1,50 @@
-//! Egress: a listener that is a forward proxy for Ironic's own JSON-RPC client
-//! (`[listeners.egress]`), so that Ironic holds no key and speaks no TLS.
+//! Egress: a listener that is a forward proxy for Ironic's HTTP clients (`[listeners.egress]`),
+//! so that Ironic holds no key and speaks no TLS, and needs no `no_proxy` beyond loopback.
 //!
 //! Ironic runs with `[json_rpc]client_use_ssl = false` and `HTTP_PROXY` naming this listener;
-//! keystoneauth then sends `POST http://<peer>:<port>/ HTTP/1.1` with `Proxy-Authorization`.
-//! Each such request is sent to the peer over mutual TLS with the sidecar's live identity (the
-//! certificate the identity module rotates, through the same reloadable client configuration
-//! as the load balancer's peers), verifying that the peer's certificate covers `<peer>`.
+//! keystoneauth then sends `POST http://<peer>:<port>/ HTTP/1.1` with `Proxy-Authorization`,
+//! and so does every other `http://` call Ironic makes (agents on `:9999`, image URLs, Redfish
+//! over HTTP). What becomes of a request, by its host and port (after the checks below):
 //!
-//! One exception, by configuration: a port in `plain_ports` (the image server, ironic-image's
-//! httpd, that shares a peer's IP; Python's `no_proxy` cannot exclude one port of an IPv4
-//! host) is relayed in plain HTTP to the host it names, as the client would have sent it
-//! without a proxy: no TLS, never the sidecar's identity, credentials still required, the
-//! same `targets`, `Proxy-Authorization` and hop-by-hop fields removed. Counted as `plain`.
+//! | host in `targets` | port | what happens | counted |
+//! |---|---|---|---|
+//! | yes | in `ports` | sent to the peer over mutual TLS with the live identity | `forwarded` |
+//! | yes | in `plain_ports` | relayed in plain HTTP (the image server on a peer's IP) | `plain` |
+//! | no | in `ports` | 403, never dialled: JSON-RPC never leaves in clear | `target_refused` |
+//! | any other | | `others = "relay"`: relayed in plain HTTP; `"refuse"`: 403 | `relayed` |
 //!
-//! It is not an open proxy, and nothing else leaves it in plain text. Refused, never forwarded, in
-//! this order: a client that is not on loopback (403: the listener only binds loopback, this is
-//! defence in depth), `CONNECT` (405), a target that is not `http://host:port/…` (400),
-//! missing or wrong credentials (407 with `Proxy-Authenticate`), a host outside `targets` or a
-//! port outside `ports` (403). Everything else (body limits, framing, timeouts, the JSON-RPC
-//! method in the log and metrics) is the forwarding service's, as on any listener. Each request
-//! counts once in `ironic_proxy_egress_requests_total{listener,outcome}`.
+//! A plain relay (`plain`, `relayed`) sends the request to `<host>:<port>` as the client would
+//! have sent it without a proxy: origin form, `Proxy-Authorization` and hop-by-hop fields
+//! removed, the client's other fields as they were, `Via` added (RFC 9110 §7.6.3); no TLS,
+//! never the sidecar's identity. A relayed request is origin form, which this listener refuses
+//! (400 `origin_form`), so a target that names the egress itself under any name costs one hop
+//! and cannot loop; its own address and an unspecified one (`0.0.0.0`, `::`, which Linux
+//! connects to the host itself) are refused up front. Names are resolved when a connection is
+//! made, by the system resolver (getaddrinfo through tokio: the pod's `/etc/hosts` and
+//! `resolv.conf`, as Ironic's direct call would), within the connect timeout; the answer is
+//! bounded by `upstream_timeout`; bodies are streamed past the forwarding service's buffer.
 //!
-//! Connections: one pool per (host, port), each a lone TLS endpoint with the upstream module's
-//! keep-alive pool; a new connection takes the identity current at its handshake.
+//! It is not an open proxy. Refused, never forwarded, in this order: a client that is not on
+//! loopback (403: the listener only binds loopback, this is defence in depth), `CONNECT` (405),
+//! a target that is not `http://host:port/…` (400), an invalid authority in the target or
+//! `Host` (400 `bad_target`, see [`target`]), missing or wrong credentials (407 with
+//! `Proxy-Authenticate`), then the table above. Everything else (body limits, framing,
+//! timeouts, the JSON-RPC method in the log and metrics) is the forwarding service's, as on any
+//! listener. Each request counts once in `ironic_proxy_egress_requests_total{listener,outcome}`.
+//!
+//! Connections: one pool per (host, port), each a lone endpoint with the upstream module's
+//! keep-alive pool; a new TLS connection takes the identity current at its handshake.
 
 pub(crate) mod credentials;
 pub(crate) mod quickack;
+pub(crate) mod target;
 
 use super::pool::{Pool, PoolOptions};
 use super::upstream::EndpointLimits;
 use super::{ConnInfo, ProxyError};
 use crate::auth::Outcome as AuthOutcome;
 use crate::balance::HealthOptions;
-use crate::config::{EgressConfig, UpstreamAddr};
+use crate::config::{EgressConfig, EgressOthers, UpstreamAddr};
 use crate::metrics::{EgressLabels, Metrics};
 use crate::tls::peer::PeerTls;
 use crate::tls::ReloadableClient;
@@ -42,6 +54,7 @@ use prometheus_client::metrics::counter::Counter;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use target::{Authority, Host};
 
 use credentials::CredentialsError;
 
@@ -56,11 +69,15 @@ pub(crate) enum Outcome {
     Forwarded,
     /// Relayed in plain HTTP to a port in `plain_ports`; its answer relayed.
     Plain,
+    /// Relayed in plain HTTP by `others = "relay"`; its answer relayed.
+    Relayed,
     /// Sent, but the peer failed (connect, TLS, reset, timeout): 502 or 504.
     PeerFailed,
     NotLoopback,
     Connect,
     OriginForm,
+    /// An invalid authority in the target or `Host`.
+    BadTarget,
     NoCredentials,
     BadCredentials,
     AuthBusy,
@@ -71,13 +88,15 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    const ALL: [Self; 12] = [
+    const ALL: [Self; 14] = [
         Self::Forwarded,
         Self::Plain,
+        Self::Relayed,
         Self::PeerFailed,
         Self::NotLoopback,
         Self::Connect,
         Self::OriginForm,
+        Self::BadTarget,
         Self::NoCredentials,
         Self::BadCredentials,
         Self::AuthBusy,
@@ -90,10 +109,12 @@ impl Outcome {
         match self {
             Self::Forwarded => "forwarded",
             Self::Plain => "plain",
+            Self::Relayed => "relayed",
             Self::PeerFailed => "peer_failed",
             Self::NotLoopback => "not_loopback",
             Self::Connect => "connect_refused",
             Self::OriginForm => "origin_form",
+            Self::BadTarget => "bad_target",
             Self::NoCredentials => "no_credentials",
             Self::BadCredentials => "bad_credentials",
             Self::AuthBusy => "auth_busy",
@@ -111,11 +132,21 @@ pub enum EgressError {
     Credentials(#[from] CredentialsError),
 }
 
+/// How an admitted request leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Mutual TLS to a peer.
+    Tls,
+    /// Plain HTTP to a port in `plain_ports`.
+    Plain,
+    /// Plain HTTP by `others = "relay"`.
+    Relay,
+}
+
 /// A request let through: the pool of its destination, and how it is relayed.
 pub(crate) struct Admitted {
     pub(crate) pool: Arc<Pool>,
-    /// True for a port in `plain_ports`: plain HTTP, no TLS.
-    pub(crate) plain: bool,
+    pub(crate) route: Route,
 }
 
 /// One egress listener's gate and its pools towards peers.
@@ -184,8 +215,9 @@ impl Egress {
             Ok(admitted) => Ok(admitted),
             Err((outcome, e)) => {
                 self.count(outcome);
+                // Never the target as sent: it may hold userinfo, or a signed query.
                 tracing::info!(listener = %self.listener, outcome = outcome.label(),
-                    target = %req.uri(), "egress request refused");
+                    target = %target::loggable(req.uri()), "egress request refused");
                 Err(e)
             }
         }
@@ -225,12 +257,9 @@ impl Egress {
                 ProxyError::BadRequest("only http:// targets: the proxy adds the TLS"),
             ));
         }
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .trim_end_matches('.')
-            .to_ascii_lowercase();
-        let port = uri.port_u16().unwrap_or(80);
+        let authority = Authority::parse(uri.authority().map_or(host, |a| a.as_str()))
+            .map_err(|e| (Outcome::BadTarget, ProxyError::BadRequest(e.reason(false))))?;
+        check_host_field(req).map_err(|e| (Outcome::BadTarget, e))?;
         let close = has_body(req.headers());
         match self
             .credentials
@@ -247,32 +276,53 @@ impl Egress {
             _ => return Err((Outcome::BadCredentials, self.challenge(close))),
         }
         req.headers_mut().remove(header::PROXY_AUTHORIZATION);
-        if !self.cfg.allows_host(&host) {
-            return Err((
-                Outcome::TargetRefused,
-                ProxyError::EgressRefused("the host is not one of this listener's targets"),
-            ));
-        }
-        if self.cfg.plain_ports.contains(&port) {
-            return Ok(Admitted {
-                pool: self.pool(host, port, false).ok_or((
+        let route = self.route(&authority)?;
+        let pool = self.pool(&authority, route);
+        Ok(Admitted { pool, route })
+    }
+
+    /// The table of the module documentation.
+    fn route(&self, a: &Authority) -> Result<Route, (Outcome, ProxyError)> {
+        let in_targets = self.cfg.allows_host(&a.match_name());
+        let tls_port = self.cfg.ports.contains(&a.port);
+        let refused = |outcome, why| Err((outcome, ProxyError::EgressRefused(why)));
+        match (in_targets, tls_port) {
+            (true, true) => return Ok(Route::Tls),
+            (false, true) => {
+                return refused(
                     Outcome::TargetRefused,
-                    ProxyError::EgressRefused("the host cannot be a TLS server name"),
-                ))?,
-                plain: true,
-            });
+                    "the host is not one of this listener's targets",
+                )
+            }
+            (true, false) if self.cfg.plain_ports.contains(&a.port) => return Ok(Route::Plain),
+            _ => {}
         }
-        if !self.cfg.ports.contains(&port) {
-            return Err((
+        match (self.cfg.others, in_targets) {
+            (EgressOthers::Relay, _) if self.is_own(a) => refused(
+                Outcome::TargetRefused,
+                "the target is this listener's own or an unspecified address",
+            ),
+            (EgressOthers::Relay, _) => Ok(Route::Relay),
+            (EgressOthers::Refuse, false) => refused(
+                Outcome::TargetRefused,
+                "the host is not one of this listener's targets",
+            ),
+            (EgressOthers::Refuse, true) => refused(
                 Outcome::PortRefused,
-                ProxyError::EgressRefused("the port is not one of this listener's ports"),
-            ));
+                "the port is not one of this listener's ports",
+            ),
         }
-        let pool = self.pool(host, port, true).ok_or((
-            Outcome::TargetRefused,
-            ProxyError::EgressRefused("the host cannot be a TLS server name"),
-        ))?;
-        Ok(Admitted { pool, plain: false })
+    }
+
+    /// Whether `a` is this listener's own address, or an unspecified one (`0.0.0.0`, `::`),
+    /// which Linux connects to the host itself.
+    fn is_own(&self, a: &Authority) -> bool {
+        let Host::Ip(ip) = a.host else { return false };
+        ip.is_unspecified()
+            || self
+                .cfg
+                .listen
+                .is_some_and(|l| l.ip() == ip && l.port() == a.port)
     }
 
     fn challenge(&self, close: bool) -> ProxyError {
@@ -282,20 +332,32 @@ impl Egress {
         }
     }
 
-    /// The pool of `host:port`, made on first use: one TLS endpoint verifying `host`, or with
-    /// `tls` false one plain TCP endpoint (a port is in `ports` or `plain_ports`, never both,
-    /// so `(host, port)` alone keys it).
-    fn pool(&self, host: String, port: u16, tls: bool) -> Option<Arc<Pool>> {
+    /// The pool of `host:port`, made on first use: one TLS endpoint verifying the host, or one
+    /// plain TCP endpoint. A route depends on nothing but the host and the port (see
+    /// [`Self::route`]), so `(host as dialled, port)` alone keys it. Plain relays share one
+    /// pool name, so that the metrics labelled by it stay one series however many hosts they
+    /// reach (the access log still names each endpoint).
+    fn pool(&self, a: &Authority, route: Route) -> Arc<Pool> {
         let mut pools = self
             .pools
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = (host, port);
+        // A peer by the name its certificate is verified for; a plain relay by the name as
+        // written (a trailing dot tells the resolver to skip the search domains).
+        let host = match route {
+            Route::Tls => a.match_name(),
+            Route::Plain | Route::Relay => a.dial_host(),
+        };
+        let key = (host, a.port);
         if let Some(p) = pools.get(&key) {
-            return Some(p.clone());
+            return p.clone();
         }
-        let local_tls = if tls {
-            let name = rustls_pki_types::ServerName::try_from(key.0.clone()).ok()?;
+        // A parsed host is always a valid TLS server name: an IP, or a `DnsName`.
+        let local_tls = if route == Route::Tls {
+            let name = match &a.host {
+                Host::Ip(ip) => rustls_pki_types::ServerName::IpAddress((*ip).into()),
+                Host::Name { name, .. } => name.to_server_name(),
+            };
             Some(PeerTls::new(self.client.clone(), name))
         } else {
             None
@@ -305,10 +367,14 @@ impl Egress {
         }
         let addr = UpstreamAddr::Tcp {
             host: key.0.clone(),
-            port,
+            port: a.port,
+        };
+        let name = match route {
+            Route::Relay => format!("{}/relayed", self.listener),
+            Route::Tls | Route::Plain => format!("{}/{addr}", self.listener),
         };
         let pool = Pool::new(PoolOptions {
-            name: format!("{}/{addr}", self.listener),
+            name,
             local: Some(addr),
             local_tls,
             dns: None,
@@ -321,17 +387,56 @@ impl Egress {
             metrics: self.metrics.clone(),
         });
         pools.insert(key, pool.clone());
-        Some(pool)
+        pool
     }
 
     /// Counts a request that was admitted, by how its forwarding ended.
-    pub(crate) fn count_result<T>(&self, result: &Result<T, ProxyError>, plain: bool) {
+    pub(crate) fn count_result<T>(&self, result: &Result<T, ProxyError>, route: Route) {
         self.count(match result {
-            Ok(_) if plain => Outcome::Plain,
-            Ok(_) => Outcome::Forwarded,
+            Ok(_) => match route {
+                Route::Tls => Outcome::Forwarded,
+                Route::Plain => Outcome::Plain,
+                Route::Relay => Outcome::Relayed,
+            },
             Err(e) if e.blame() == super::Blame::Client => Outcome::BadRequest,
             Err(_) => Outcome::PeerFailed,
         });
+    }
+}
+
+/// The fields of a plain relay: the client's own (its `X-Forwarded-*` too: they would have
+/// reached the server without a proxy) minus the hop-by-hop ones and `Proxy-Authorization`
+/// (RFC 9110 §7.6.1), plus `Via`, which a proxy must add (RFC 9110 §7.6.3).
+pub(crate) fn rewrite_relayed(h: &mut http::HeaderMap, version: http::Version) {
+    super::headers::strip_hop_by_hop(h);
+    h.append(
+        header::VIA,
+        HeaderValue::from_static(if version == http::Version::HTTP_10 {
+            "1.0 ironic-proxy"
+        } else {
+            "1.1 ironic-proxy"
+        }),
+    );
+}
+
+/// `Host` must be one valid authority on HTTP/1.1 (RFC 9112 §3.2: 400 for none, several or an
+/// invalid one), even though the target's authority is the one used; at most one otherwise.
+fn check_host_field<B>(req: &Request<B>) -> Result<(), ProxyError> {
+    let mut values = req.headers().get_all(header::HOST).iter();
+    match (values.next(), values.next()) {
+        (None, _) if req.version() == http::Version::HTTP_11 => {
+            Err(ProxyError::BadRequest("no Host field"))
+        }
+        (None, _) => Ok(()),
+        (Some(_), Some(_)) => Err(ProxyError::BadRequest("more than one Host field")),
+        (Some(v), None) => {
+            let v = v
+                .to_str()
+                .map_err(|_| ProxyError::BadRequest("the Host field is not ASCII"))?;
+            Authority::parse(v)
+                .map(|_| ())
+                .map_err(|e| ProxyError::BadRequest(e.reason(true)))
+        }
     }
 }
 

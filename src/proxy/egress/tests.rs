@@ -1,7 +1,7 @@
 //! The egress gate in process: its refusals, their order and their counts, for what a real
 //! client cannot produce here (a peer address off loopback on a loopback-only listener).
 
-use super::{Egress, Outcome};
+use super::{Egress, Outcome, Route};
 use crate::config::{Config, EgressConfig};
 use crate::metrics::Metrics;
 use crate::proxy::upstream::EndpointLimits;
@@ -13,11 +13,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn config(credentials: &std::path::Path) -> EgressConfig {
+    config_with(credentials, "refuse")
+}
+
+fn config_with(credentials: &std::path::Path, others: &str) -> EgressConfig {
     let text = format!(
         "[identity]\ncert = \"/c\"\nkey = \"/k\"\ntrust = \"/t\"\n[[listeners]]\n\
          listen = \"127.0.0.1:8090\"\n[listeners.egress]\ncredentials = \"{}\"\n\
          targets = [\"*.ironic.test\", \"10.0.10.0/24\"]\nports = [6189]\n\
-         plain_ports = [6180]\n",
+         plain_ports = [6180]\nothers = \"{others}\"\n",
         credentials.display()
     );
     let c = Config::parse(&text, &HashMap::<String, String>::new()).expect("config");
@@ -25,6 +29,10 @@ fn config(credentials: &std::path::Path) -> EgressConfig {
 }
 
 fn egress(dir: &std::path::Path) -> (Arc<Egress>, Metrics) {
+    egress_with(dir, "refuse")
+}
+
+fn egress_with(dir: &std::path::Path, others: &str) -> (Arc<Egress>, Metrics) {
     let cred = dir.join("cred");
     std::fs::write(&cred, "ironic:pw\n").expect("write");
     let client = rustls::ClientConfig::builder_with_provider(Arc::new(crate::crypto::provider()))
@@ -36,7 +44,7 @@ fn egress(dir: &std::path::Path) -> (Arc<Egress>, Metrics) {
     let e = Egress::start(
         "egress",
         0,
-        &config(&cred),
+        &config_with(&cred, others),
         Reloadable::fixed(Arc::new(client)),
         Duration::from_secs(60),
         EndpointLimits::with_head(65536),
@@ -48,6 +56,14 @@ fn egress(dir: &std::path::Path) -> (Arc<Egress>, Metrics) {
 
 fn request(method: &str, target: &str, auth: Option<&str>) -> http::Request<()> {
     let mut b = http::Request::builder().method(method).uri(target);
+    // What a client sends with an absolute target: Host from its authority.
+    if let Some(a) = target
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.authority().cloned())
+    {
+        b = b.header("host", a.as_str());
+    }
     if let Some(a) = auth {
         let token = base64::engine::general_purpose::STANDARD.encode(a);
         b = b.header("proxy-authorization", format!("Basic {token}"));
@@ -187,7 +203,7 @@ async fn refusals_come_in_order_and_are_counted_and_a_good_request_gets_its_peer
     let mut req = request("POST", "http://10.0.10.7:6189/", Some("ironic:pw"));
     let ip = e.admit(&mut req, &local).await.expect("admitted");
     assert_eq!(ip.pool.name, "egress/10.0.10.7:6189");
-    assert!(!ip.plain);
+    assert_eq!(ip.route, Route::Tls);
     // A plain port: the same gate, then a plain pool; off targets it is refused first.
     let mut req = request(
         "GET",
@@ -195,7 +211,7 @@ async fn refusals_come_in_order_and_are_counted_and_a_good_request_gets_its_peer
         Some("ironic:pw"),
     );
     let plain = e.admit(&mut req, &local).await.expect("admitted");
-    assert!(plain.plain);
+    assert_eq!(plain.route, Route::Plain);
     assert!(req.headers().get("proxy-authorization").is_none());
     assert_eq!(plain.pool.name, "egress/10.0.10.7:6180");
     for (target, auth, want, outcome) in [
@@ -248,4 +264,75 @@ async fn an_htpasswd_file_is_verified_with_bcrypt_through_the_auth_cache() {
         text.contains("ironic_proxy_auth_total{listener=\"egress\",outcome=\"ok_cached\"} 1"),
         "{text}"
     );
+}
+
+/// `others = "relay"`: the rest goes out in plain HTTP, counted `relayed` once forwarded; a TLS
+/// port off `targets` stays 403, and so do the listener's own and unspecified addresses.
+#[tokio::test]
+async fn others_relay_takes_the_rest_in_plain_http_and_never_a_tls_port_off_targets() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (e, _) = egress_with(dir.path(), "relay");
+    let local = ConnInfo::new(Some("127.0.0.1:40000".parse().expect("addr")), false);
+    let admit = |target: &'static str| {
+        let e = e.clone();
+        let local = local.clone();
+        async move {
+            let mut req = request("GET", target, Some("ironic:pw"));
+            e.admit(&mut req, &local).await
+        }
+    };
+    for (target, route, pool) in [
+        (
+            "http://10.0.10.7:6189/",
+            Route::Tls,
+            "egress/10.0.10.7:6189",
+        ),
+        (
+            "http://10.0.10.7:6180/",
+            Route::Plain,
+            "egress/10.0.10.7:6180",
+        ),
+        // An agent inside the peers' CIDR, one outside, IPv6, a name, the image port anywhere.
+        (
+            "http://10.0.10.9:9999/v1/commands",
+            Route::Relay,
+            "egress/relayed",
+        ),
+        ("http://192.0.2.7:9999/", Route::Relay, "egress/relayed"),
+        ("http://[fd00:1::9]:9999/", Route::Relay, "egress/relayed"),
+        (
+            "http://images.example.org./x.qcow2",
+            Route::Relay,
+            "egress/relayed",
+        ),
+        ("http://10.0.11.1:6180/", Route::Relay, "egress/relayed"),
+    ] {
+        let a = admit(target)
+            .await
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+        assert_eq!((a.route, a.pool.name.as_ref()), (route, pool), "{target}");
+    }
+    // One pool per destination, the name as written (its trailing dot too).
+    let a = admit("http://Images.Example.ORG.:80/y")
+        .await
+        .expect("admitted");
+    let b = admit("http://images.example.org./x.qcow2")
+        .await
+        .expect("admitted");
+    assert!(Arc::ptr_eq(&a.pool, &b.pool));
+    for (target, outcome) in [
+        ("http://192.0.2.7:6189/", Outcome::TargetRefused),
+        ("http://evil.example.org:6189/", Outcome::TargetRefused),
+        ("http://127.0.0.1:8090/", Outcome::TargetRefused),
+        ("http://0.0.0.0:9999/", Outcome::TargetRefused),
+        ("http://[::]:9999/", Outcome::TargetRefused),
+    ] {
+        let before = e.counters[outcome as usize].get();
+        assert_eq!(status(&admit(target).await), 403, "{target}");
+        assert_eq!(e.counters[outcome as usize].get(), before + 1, "{target}");
+    }
+    // Counted when the forwarding ends.
+    let before = e.counters[Outcome::Relayed as usize].get();
+    e.count_result::<()>(&Ok(()), Route::Relay);
+    assert_eq!(e.counters[Outcome::Relayed as usize].get(), before + 1);
 }

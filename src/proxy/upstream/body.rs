@@ -120,8 +120,8 @@ impl Body for UpstreamBody {
                     if have > 0 && have < rest && have < MAX_READ_SIZE {
                         // Part of the body came with the head (a read of READ_SIZE): top it
                         // up with what the socket already holds, without waiting, so that a
-                        // 64 KiB body is one frame, sealed and sent with the head in one write
-                        // (BENCHMARKS.md "Performance round 20"). One byte more than the body
+                        // body up to MAX_READ_SIZE is one frame, sealed and sent with the head
+                        // in one write. One byte more than the body
                         // needs: a read that does not fill its buffer tells tokio the socket
                         // is drained, so the pool's next reuse check makes no system call.
                         let want = if rest <= MAX_READ_SIZE {

@@ -81,9 +81,11 @@ impl AsyncWrite for Conn {
 }
 
 impl Connector {
-    pub(super) async fn connect(&self) -> io::Result<Conn> {
+    /// A new transport, and the generation of the TLS identity it was made with (0 without
+    /// TLS; see [`crate::tls::peer::PeerTls::generation`]).
+    pub(super) async fn connect(&self) -> io::Result<(Conn, u64)> {
         match &*self.addr {
-            UpstreamAddr::Unix(path) => Ok(Conn::Unix(UnixStream::connect(path).await?)),
+            UpstreamAddr::Unix(path) => Ok((Conn::Unix(UnixStream::connect(path).await?), 0)),
             UpstreamAddr::Tcp { host, port } => {
                 let s = tokio::time::timeout(
                     CONNECT_TIMEOUT,
@@ -93,14 +95,14 @@ impl Connector {
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
                 let _ = s.set_nodelay(true);
                 let Some(tls) = &self.tls else {
-                    return Ok(Conn::Tcp(s));
+                    return Ok((Conn::Tcp(s), 0));
                 };
-                let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(s))
+                let (stream, generation) = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(s))
                     .await
                     .map_err(|_| {
                         io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
                     })??;
-                Ok(Conn::Tls(Box::new(stream)))
+                Ok((Conn::Tls(Box::new(stream)), generation))
             }
         }
     }

@@ -32,16 +32,20 @@ pub(super) struct Connection {
     /// Its place under the endpoint's bound, freed when the connection closes (`None`: a
     /// health check's connection, which never waits for a place).
     _slot: Option<Slot>,
+    /// The TLS identity generation it was made with (0 without TLS): one older than the
+    /// endpoint's current is not given another request ([`super::idle::Idle`]).
+    pub(super) generation: u64,
 }
 
 impl Connection {
     /// Boxed: it moves with its request and its response body, and stays where it is.
-    pub(super) fn new(io: Conn, slot: Option<Slot>) -> Box<Self> {
+    pub(super) fn new(io: Conn, slot: Option<Slot>, generation: u64) -> Box<Self> {
         Box::new(Self {
             io,
             buf: BytesMut::new(),
             out: Vec::new(),
             _slot: slot,
+            generation,
         })
     }
 

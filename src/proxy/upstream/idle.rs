@@ -1,9 +1,16 @@
 //! The idle connections of one endpoint ([`Idle`]): the most recently used handed out first,
 //! closed ones skipped, and those idle for [`IDLE_TIMEOUT`] or past [`MAX_IDLE`] dropped.
+//!
+//! Over TLS, a connection made with an identity generation older than the current one (our
+//! certificate was renewed, or the trust changed, since its handshake) is never handed out
+//! again: it is dropped when it comes back, when a request looks for one, and at the
+//! endpoint's once-a-second sweep. A request in flight on it finishes. So after a renewal the
+//! next request handshakes with the new certificate; an atomic load per checkout is the cost.
 
 use super::connection::{Connection, READ_SIZE};
 use super::slots::Slots;
 use super::IDLE_TIMEOUT;
+use crate::tls::peer::PeerTls;
 use bytes::BytesMut;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -18,26 +25,39 @@ pub(super) struct Idle {
     /// The endpoint's bound on open connections: a connection put back wakes a request
     /// waiting for one.
     pub(super) slots: Arc<Slots>,
+    /// The endpoint's TLS, whose generation a connection must have to be used.
+    tls: Option<PeerTls>,
 }
 
 impl Idle {
-    pub(super) fn new(slots: Arc<Slots>) -> Self {
+    pub(super) fn new(slots: Arc<Slots>, tls: Option<PeerTls>) -> Self {
         Self {
             conns: Mutex::new(VecDeque::new()),
             slots,
+            tls,
         }
     }
 
-    /// The most recently used connection that can carry a request; closed and expired ones
-    /// are dropped on the way.
+    /// The identity generation a connection must have been made with to carry a request.
+    fn generation(&self) -> u64 {
+        self.tls.as_ref().map_or(0, PeerTls::generation)
+    }
+
+    /// The most recently used connection that can carry a request; closed, expired and
+    /// outdated ones are dropped on the way.
     pub(super) fn take(&self) -> Option<Box<Connection>> {
+        let current = self.generation();
         let mut conns = self.conns.lock().ok()?;
         let now = Instant::now();
         while let Some((mut conn, since)) = conns.pop_back() {
-            if now.duration_since(since) < IDLE_TIMEOUT && conn.is_reusable() {
+            if now.duration_since(since) < IDLE_TIMEOUT
+                && conn.generation == current
+                && conn.is_reusable()
+            {
                 return Some(conn);
             }
-            // Closed, expired, or it sent something unasked: dropping it closes it.
+            // Closed, expired, made with a replaced certificate, or it sent something
+            // unasked: dropping it closes it.
         }
         None
     }
@@ -47,15 +67,18 @@ impl Idle {
         self.conns.lock().is_ok_and(|c| !c.is_empty())
     }
 
-    /// Drops the connections idle for [`IDLE_TIMEOUT`] or longer (the oldest are first).
+    /// Drops the connections idle for [`IDLE_TIMEOUT`] or longer (the oldest are first), and
+    /// those made with a replaced certificate.
     pub(super) fn close_expired(&self) {
+        let current = self.generation();
         if let Ok(mut conns) = self.conns.lock() {
             expire(&mut conns, Instant::now());
+            conns.retain(|(conn, _)| conn.generation == current);
         }
     }
 
     pub(super) fn put(&self, mut conn: Box<Connection>) {
-        if !conn.buf.is_empty() {
+        if !conn.buf.is_empty() || conn.generation != self.generation() {
             return;
         }
         // A long body's read buffer is not kept by an idle connection.

@@ -142,9 +142,9 @@ impl Endpoint {
         Self {
             label: name.as_str().into(),
             name,
+            idle: Arc::new(Idle::new(Slots::new(limits.connections), tls.clone())),
             connector: Connector::new(addr.clone(), tls),
             addr,
-            idle: Arc::new(Idle::new(Slots::new(limits.connections))),
             max_head: limits.max_response_head.max(8192) * 2,
             in_flight: AtomicUsize::new(0),
             authority: http::HeaderValue::from_str(&authority)
@@ -197,9 +197,8 @@ impl Endpoint {
         let (parts, mut body) = req.into_parts();
         // Let the other requests that arrived with this one reach this point first, so that
         // their writes to the upstream go out together: an upstream on another core is then
-        // woken once for all of them rather than once each. Measured (BENCHMARKS.md "Our own
-        // upstream client"): without it, 25.4-27.4 CPU µs per keep-alive request; with it,
-        // 23.1-25.9, as with hyper's client, whose connection task gave the same batching.
+        // woken once for all of them rather than once each (hyper's client, whose connection
+        // task gave the same batching, is what this replaced; docs/architecture.md, decisions).
         tokio::task::yield_now().await;
         // Every waiter can use what a wake-up frees (an idle connection or a place for a new
         // one): one that could not would swallow the wake-up another needed. So after a pooled
@@ -233,8 +232,8 @@ impl Endpoint {
             freed.await;
         };
         // Boxed: connecting (TCP, TLS to a peer) is the rare path of a pooled endpoint, and its
-        // state (1.3 KiB) would otherwise be part of every request's future, copied at each
-        // level that awaits it (memcpy was 2,600 instructions per request, callgrind).
+        // state would otherwise be part of every request's future, copied at each level that
+        // awaits it, on every request.
         let mut conn = Box::pin(self.connect(slot)).await?;
         let sending = conn
             .write_request(&parts, body)
@@ -294,8 +293,8 @@ impl Endpoint {
 
     /// A new connection, holding `slot` (its place under the bound) until it closes.
     async fn connect(&self, slot: Option<Slot>) -> Result<Box<Connection>, SendError> {
-        let io = self.connector.connect().await.map_err(SendError::Connect)?;
-        Ok(Connection::new(io, slot))
+        let (io, generation) = self.connector.connect().await.map_err(SendError::Connect)?;
+        Ok(Connection::new(io, slot, generation))
     }
 
     /// Connections open to this endpoint now, idle or carrying a request.

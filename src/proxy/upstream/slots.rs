@@ -1,9 +1,8 @@
 //! The bound on connections open to one endpoint ([`Slots`]), idle or carrying a request.
 //!
-//! Without it a burst that finds no idle connection opens one per waiting request: the scale
-//! bench's agent storm saw a balancer open 2,530 connections (1,093 at once) to one sidecar,
-//! each a full TLS handshake, where the chain would have kept up with a dozen
-//! (benches/scale/README.md, "Findings"). At the bound a request waits for a connection to come
+//! Without it a burst that finds no idle connection opens one per waiting request, each a full
+//! TLS handshake, where a few connections would have kept up (docs/architecture.md, decisions,
+//! links the measurement). At the bound a request waits for a connection to come
 //! back to the idle list or to close, as behind HAProxy's `maxconn` on a server line: a burst
 //! costs queueing, not handshakes. The wait is bounded by the request's upstream deadline.
 

@@ -8,7 +8,7 @@ use tokio::net::UnixStream;
 /// A pooled connection over a unix socket pair, and the pair's far end.
 fn connection() -> (Box<Connection>, UnixStream) {
     let (near, far) = UnixStream::pair().expect("a socket pair");
-    (Connection::new(Conn::Unix(near), None), far)
+    (Connection::new(Conn::Unix(near), None, 0), far)
 }
 
 /// Lets the I/O driver see what happened on the sockets.
@@ -116,7 +116,7 @@ fn absolute_form_targets_become_origin_form_with_a_path() {
 
 #[tokio::test(start_paused = true)]
 async fn idle_connections_are_reused_most_recent_first_until_they_expire() {
-    let idle = Idle::new(Slots::new(0));
+    let idle = Idle::new(Slots::new(0), None);
     let (a, _far_a) = connection();
     let (b, _far_b) = connection();
     settle().await;
@@ -139,7 +139,7 @@ async fn idle_connections_are_reused_most_recent_first_until_they_expire() {
 
 #[tokio::test(start_paused = true)]
 async fn expired_idle_connections_are_closed_without_waiting_for_a_request() {
-    let idle = Idle::new(Slots::new(0));
+    let idle = Idle::new(Slots::new(0), None);
     let (a, mut far_a) = connection();
     let (b, _far_b) = connection();
     idle.put(a);
@@ -160,9 +160,77 @@ async fn expired_idle_connections_are_closed_without_waiting_for_a_request() {
     );
 }
 
+#[tokio::test]
+async fn a_connection_made_with_a_replaced_identity_is_never_handed_out_again() {
+    use crate::tls::peer::PeerTls;
+    use crate::tls::trust::tests::{ca, material};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = ca("ca");
+    let (tx, rx) = tokio::sync::watch::channel(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
+    let (client, follower) =
+        crate::tls::Reloadable::follow(rx, "peers".to_owned(), crate::tls::peer::client_config)
+            .expect("client configuration");
+    let name = rustls_pki_types::ServerName::try_from("ironic-0.ironic.test").expect("name");
+    let tls = PeerTls::new(client.clone(), name);
+    let idle = Idle::new(Slots::new(0), Some(tls.clone()));
+    let made = |generation| {
+        let (near, far) = UnixStream::pair().expect("a socket pair");
+        (Connection::new(Conn::Unix(near), None, generation), far)
+    };
+    let (a, _far_a) = made(tls.generation());
+    let (b, _far_b) = made(tls.generation());
+    let (c, _far_c) = made(tls.generation());
+    idle.put(a);
+    idle.put(c);
+    let a = idle.take().expect("made with the current identity");
+
+    // A renewal: the follower stores the new client configuration.
+    let before = tls.generation();
+    tx.send_replace(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
+    for _ in 0..10_000 {
+        if tls.generation() != before {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_ne!(tls.generation(), before, "the follower stored the renewal");
+    assert!(
+        idle.take().is_none(),
+        "the idle one is dropped, not handed out"
+    );
+    idle.put(a);
+    idle.put(b);
+    assert_eq!(
+        pooled(&idle),
+        0,
+        "one coming back from its request is dropped"
+    );
+    let (d, _far_d) = made(tls.generation());
+    idle.put(d);
+    assert!(
+        idle.take().is_some(),
+        "made after the renewal: pooled and reused"
+    );
+    // The sweep drops outdated ones that were pooled before a change.
+    let (e, _far_e) = made(tls.generation());
+    idle.put(e);
+    let before = tls.generation();
+    tx.send_replace(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
+    for _ in 0..10_000 {
+        if tls.generation() != before {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_ne!(tls.generation(), before, "the follower stored the renewal");
+    idle.close_expired();
+    assert_eq!(pooled(&idle), 0, "the sweep closes it");
+    follower.abort();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_connection_the_server_closed_or_wrote_to_is_never_handed_out() {
-    let idle = Idle::new(Slots::new(0));
+    let idle = Idle::new(Slots::new(0), None);
     let (a, far_a) = connection();
     let (b, far_b) = connection();
     idle.put(a);
@@ -178,7 +246,7 @@ async fn a_connection_the_server_closed_or_wrote_to_is_never_handed_out() {
 
 /// A response body over a socket pair, with the far end to write the upstream's bytes.
 fn body(framing: BodyKind, keep_alive: bool) -> (UpstreamBody, UnixStream, Arc<Idle>) {
-    let idle = Arc::new(Idle::new(Slots::new(0)));
+    let idle = Arc::new(Idle::new(Slots::new(0), None));
     let (conn, far) = connection();
     let body = UpstreamBody::new(
         conn,

@@ -166,6 +166,14 @@ impl Load {
         self.0.outcomes().len()
     }
 
+    /// Waits until `n` more requests than now have completed (the load ran on whatever state
+    /// the test just set up); panics after `timeout`.
+    pub(crate) fn wait_more(&self, n: usize, timeout: Duration) {
+        let target = self.completed() + n;
+        support::poll_until(timeout, || (self.completed() >= target).then_some(()))
+            .unwrap_or_else(|| panic!("fewer than {n} more requests completed in {timeout:?}"));
+    }
+
     /// Waits for the workers to reach their request count or time limit; returns every outcome.
     pub(crate) fn wait(self) -> Vec<Outcome> {
         self.0.wait()

@@ -35,6 +35,12 @@ pub(crate) use upstream::Upstream;
 /// How long any single client operation may block before the test fails instead of hanging.
 pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most a test allows a real process past the time it should act (a timeout, a drain, an
+/// answer "at once"): it only catches a hang. A busy machine can delay any process by seconds,
+/// so exact timing is asserted on tokio's paused clock instead (`src/listen/conn.rs`,
+/// `src/listen/drive/tests.rs`, `tests/it/inmem.rs`).
+pub(crate) const HANG: Duration = Duration::from_secs(10);
+
 /// A temp dir with a CA and a server certificate for `localhost` / `127.0.0.1` in it.
 pub(crate) struct Sandbox {
     pub dir: tempfile::TempDir,
@@ -88,12 +94,18 @@ impl Sandbox {
 }
 
 /// The variable a workstation sets to skip the tests whose precondition it lacks, by the names
-/// [`precondition`] gives them (`IRONIC_PROXY_TEST_OPT_OUT=netns,proc`). CI never sets it: there a
-/// missing precondition fails the test.
+/// [`precondition`] gives them (`IRONIC_PROXY_TEST_OPT_OUT=netns,proc`). Refused where `CI` is
+/// set: there a missing precondition fails the test.
 pub(crate) const OPT_OUT: &str = "IRONIC_PROXY_TEST_OPT_OUT";
 
+/// The file each skipped test appends its name to (`scripts/test` sets it and lists the names in
+/// its final line, since nextest hides a passing test's stderr). Unset, the skip goes to
+/// `opted-out.txt` under cargo's per-target temp dir.
+pub(crate) const OPT_OUT_LOG: &str = "IRONIC_PROXY_OPT_OUT_LOG";
+
 /// Whether a test whose precondition `name` is `met` runs. Unmet, the test fails naming `what`
-/// it needs, unless `name` is listed in [`OPT_OUT`]: then it is skipped, and says so on stderr.
+/// it needs, unless `name` is listed in [`OPT_OUT`] outside CI: then it is skipped, says so on
+/// stderr and records the test's name in [`OPT_OUT_LOG`].
 pub(crate) fn precondition(name: &str, met: bool, what: &str) -> bool {
     if met {
         return true;
@@ -105,6 +117,30 @@ pub(crate) fn precondition(name: &str, met: bool, what: &str) -> bool {
         "precondition `{name}` missing: {what}; on a workstation without it, set {OPT_OUT}={name} \
          to skip this test"
     );
+    assert!(
+        std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+        "precondition `{name}` missing: {what}; {OPT_OUT} is refused where CI is set"
+    );
+    // libtest (and nextest, which runs one test per process through it) names the test's thread
+    // after the test.
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed test")
+        .to_owned();
+    let log = std::env::var_os(OPT_OUT_LOG).map_or_else(
+        || PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("opted-out.txt"),
+        PathBuf::from,
+    );
+    let line = format!("{test} ({name})\n");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    // A skip that cannot be recorded would be a silent one: fail instead.
+    if let Err(e) = written {
+        panic!("record the skip of {test} in {}: {e}", log.display());
+    }
     eprintln!("SKIPPED ({OPT_OUT} lists `{name}`): {what}");
     false
 }

@@ -4,7 +4,7 @@
 //! bounded load generator.
 
 use crate::support::proxy::start_ready;
-use crate::support::{self, poll_until, HttpConn, Output, Proxy, Workers};
+use crate::support::{self, HttpConn, Output, Proxy, Workers};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::collections::HashMap;
@@ -104,28 +104,6 @@ impl Node {
             proxy: Proxy::spawn(&config, admin, HashMap::new(), false, Some(name)),
             listen,
         }
-    }
-
-    /// Polls until `metric(name, labels)` satisfies `pred`; returns the value, or panics.
-    pub(crate) fn wait_metric(
-        &self,
-        name: &str,
-        labels: &[(&str, &str)],
-        timeout: Duration,
-        pred: impl Fn(f64) -> bool,
-    ) -> f64 {
-        poll_until(timeout, || {
-            let v = self.metric(name, labels);
-            pred(v).then_some(v)
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{}: {name}{labels:?} never satisfied the condition within {timeout:?} (now {})\n{}",
-                self.name,
-                self.metric(name, labels),
-                self.metrics()
-            )
-        })
     }
 }
 

@@ -366,6 +366,29 @@ impl Proxy {
         super::metric(&self.metrics(), name, labels).unwrap_or(0.0)
     }
 
+    /// Polls until `metric(name, labels)` satisfies `pred`; returns the value, or panics naming
+    /// the proxy, the metric and its last value.
+    pub(crate) fn wait_metric(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        timeout: Duration,
+        pred: impl Fn(f64) -> bool,
+    ) -> f64 {
+        poll_until(timeout, || {
+            let v = self.metric(name, labels);
+            pred(v).then_some(v)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: {name}{labels:?} never satisfied the condition within {timeout:?} (now {})\n{}",
+                self.name.as_deref().unwrap_or("proxy"),
+                self.metric(name, labels),
+                self.metrics()
+            )
+        })
+    }
+
     /// Every stderr line so far.
     pub(crate) fn logs(&self) -> Vec<String> {
         self.logs.lock().expect("logs").clone()

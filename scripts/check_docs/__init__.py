@@ -1,0 +1,1 @@
+"""The checks of scripts/check-docs, by concern."""

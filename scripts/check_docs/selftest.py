@@ -1,0 +1,67 @@
+"""`scripts/check-docs --self-test`: each seeded disagreement, in a copy of the tree, must fail
+with its message; then the tree itself is checked. So the checks are shown able to fail on every
+run, not once by hand."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from .common import BIN, ROOT, upstream_tree
+
+# (what, file, text to replace, replacement, what the failure must say)
+SEEDS = [
+    ("a port", "docs/install.md", "| 6189 |", "| 6190 |", "listens on 6190"),
+    ("a profile default", "config/profiles/balancer.toml", "[::]:9902", "[::]:9903",
+     "IRONIC_PROXY_ADMIN_LISTEN"),
+    ("a Secret's key", "docs/install.md", "| `ironic-mariadb` | `username`, `password` |",
+     "| `ironic-mariadb` | `user`, `password` |", "Secret ironic-mariadb"),
+    ("a variable", "docs/operate.md", "IRONIC_PROXY_DNS_REFRESH", "IRONIC_PROXY_DNS_REFRESHES",
+     "IRONIC_PROXY_DNS_REFRESHES"),
+    ("a flag", "docs/install.md", "--permit-dns \"$NS.svc\"", "--permit-dnz \"$NS.svc\"",
+     "--permit-dnz"),
+    ("a key default", "docs/reference.md", "default `10000`", "default `1024`",
+     "max_connections"),
+    ("a section link", "docs/troubleshoot.md", "operate.md#scale-out", "operate.md#scaling-out",
+     "#scaling-out"),
+    ("a doctor FAIL row", "docs/troubleshoot.md",
+     "| `admin: ADDR: ...` / `admin: ADDR/readyz answers 503: <reason>` |", "| - |",
+     "`FAIL admin:"),
+]
+COPY = ["README.md", "BENCHMARKS.md", "Cargo.toml", "Dockerfile", "docs", "config", "src",
+        "scripts", "tests", "benches", ".ci"]
+
+
+def run(entry):
+    env = dict(os.environ, IRONIC_PROXY_BIN=BIN, IRONIC_IMAGE_SRC=upstream_tree())
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in COPY:
+            src = os.path.join(ROOT, name)
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(tmp, name), ignore=shutil.ignore_patterns(
+                    "target", "corpus", "__pycache__"))
+            elif os.path.isfile(src):
+                shutil.copy2(src, os.path.join(tmp, name))
+        for what, path, old, new, expect in SEEDS:
+            with open(os.path.join(tmp, path), encoding="utf-8") as f:
+                text = f.read()
+            if old not in text:
+                print(f"FAIL self-test: seed {what!r}: {path} no longer holds {old!r}")
+                failed += 1
+                continue
+            with open(os.path.join(tmp, path), "w", encoding="utf-8") as f:
+                f.write(text.replace(old, new))
+            out = subprocess.run([sys.executable, entry], env=dict(env, CHECK_DOCS_ROOT=tmp),
+                                 capture_output=True, text=True)
+            with open(os.path.join(tmp, path), "w", encoding="utf-8") as f:
+                f.write(text)
+            if out.returncode == 1 and expect in out.stdout:
+                print(f"ok   self-test: {what} ({path}) fails: "
+                      f"{next(l for l in out.stdout.splitlines() if expect in l)}")
+            else:
+                print(f"FAIL self-test: {what} ({path}): exit {out.returncode}, no line with "
+                      f"{expect!r}:\n{out.stdout}{out.stderr}")
+                failed += 1
+    return failed

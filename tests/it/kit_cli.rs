@@ -1,0 +1,332 @@
+//! `--version` and `kit secrets`, driven through the built binary; the Secrets checked with
+//! the tools an operator's cluster uses on them: base64 as kubelet decodes `data`, the htpasswd
+//! entry with Apache's `htpasswd -v` (ironic-image's httpd reads the same file). That the kit
+//! finds every Secret and key it references is checked against the rendered kit by
+//! scripts/check-quickstart, and the containers started with them by scripts/check-entrypoints.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+
+fn ironic_proxy(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ironic-proxy"))
+        .args(args)
+        .output()
+        .expect("binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().expect("temp paths are UTF-8")
+}
+
+fn ok(output: &Output) -> (String, String) {
+    assert!(
+        output.status.success(),
+        "failed: {}{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    (text(&output.stdout), text(&output.stderr))
+}
+
+/// Exit 1, one line on stderr, nothing on stdout (no half manifest); returns the line.
+fn refused(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(output.stdout.is_empty(), "{}", text(&output.stdout));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr:?}");
+    stderr
+}
+
+fn ca_init(dir: &Path) {
+    ok(&ironic_proxy(&[
+        "ca",
+        "init",
+        "--out",
+        s(dir),
+        "--permit-dns",
+        "metal3.svc",
+    ]));
+}
+
+/// Secret name -> (namespace, key -> decoded value), from the documents `kit secrets` prints
+/// (its fixed layout: `name:`/`namespace:` under metadata, `data:` last).
+fn parse(yaml: &str) -> BTreeMap<String, (String, BTreeMap<String, Vec<u8>>)> {
+    let mut out = BTreeMap::new();
+    for doc in yaml.split("---\n").filter(|d| !d.trim().is_empty()) {
+        assert!(doc.starts_with("apiVersion: v1\nkind: Secret\n"), "{doc}");
+        let field = |key: &str| {
+            doc.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_else(|| panic!("no {key} in {doc}"))
+                .to_owned()
+        };
+        let (name, ns) = (field("  name: "), field("  namespace: "));
+        let data_at = doc.find("\ndata:\n").expect("a data map") + "\ndata:\n".len();
+        let data = doc[data_at..]
+            .lines()
+            .map(|l| {
+                let (k, v) = l.trim_start().split_once(": ").expect("key: value");
+                (k.to_owned(), STANDARD.decode(v).expect("base64 data"))
+            })
+            .collect();
+        assert!(out.insert(name, (ns, data)).is_none(), "a name twice");
+    }
+    out
+}
+
+/// The password after `password ` on the stderr line that starts with `what`.
+fn shown_password(stderr: &str, what: &str) -> String {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(what))
+        .unwrap_or_else(|| panic!("no {what:?} line in {stderr:?}"));
+    line.rsplit_once("password ")
+        .expect("password shown")
+        .1
+        .to_owned()
+}
+
+#[test]
+fn version_names_version_commit_build_kind_and_crypto_module() {
+    let (stdout, _) = ok(&ironic_proxy(&["--version"]));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("ironic-proxy {}", env!("CARGO_PKG_VERSION")).as_str(),
+            // The same variable the binary was compiled with, in the same cargo run.
+            format!(
+                "commit: {}",
+                option_env!("IRONIC_PROXY_COMMIT").unwrap_or("unknown")
+            )
+            .as_str(),
+            format!(
+                "build: {}",
+                option_env!("IRONIC_PROXY_BUILD_KIND").unwrap_or("debug")
+            )
+            .as_str(),
+            if cfg!(feature = "fips") {
+                "crypto: aws-lc-rs FIPS (the AWS-LC FIPS 140-3 module)"
+            } else {
+                "crypto: aws-lc-rs (AWS-LC)"
+            },
+        ]
+    );
+    // -V stays the one-line version scripts parse.
+    let (short, _) = ok(&ironic_proxy(&["-V"]));
+    assert_eq!(
+        short.trim_end(),
+        format!("ironic-proxy {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn kit_secrets_prints_every_secret_of_the_kit_and_shows_passwords_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ca_init(&ca);
+    let args = [
+        "kit",
+        "secrets",
+        "--namespace",
+        "metal3",
+        "--ca-dir",
+        s(&ca),
+    ];
+    let (stdout, stderr) = ok(&ironic_proxy(&args));
+    let secrets = parse(&stdout);
+    let keys = |name: &str| -> Vec<&str> { secrets[name].1.keys().map(String::as_str).collect() };
+    assert_eq!(
+        secrets.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "ironic-htpasswd",
+            "ironic-mariadb",
+            "ironic-proxy-ca",
+            "ironic-proxy-egress"
+        ]
+    );
+    assert!(secrets.values().all(|(ns, _)| ns == "metal3"));
+    assert_eq!(
+        keys("ironic-proxy-ca"),
+        ["ca-bundle.crt", "ca.crt", "ca.key"]
+    );
+    for file in ["ca.crt", "ca.key", "ca-bundle.crt"] {
+        assert_eq!(
+            secrets["ironic-proxy-ca"].1[file],
+            fs::read(ca.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    assert_eq!(keys("ironic-htpasswd"), ["htpasswd"]);
+    assert_eq!(keys("ironic-proxy-egress"), ["credentials"]);
+    assert_eq!(keys("ironic-mariadb"), ["password", "username"]);
+
+    // Two lines on stderr, each shown once and nowhere on stdout.
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    let api = shown_password(&stderr, "API credentials");
+    let db = shown_password(&stderr, "database account");
+    assert!(!stdout.contains(&api) && !stdout.contains(&STANDARD.encode(&api)));
+    assert_eq!(secrets["ironic-mariadb"].1["password"], db.as_bytes());
+    assert_eq!(secrets["ironic-mariadb"].1["username"], b"ironic");
+
+    // The htpasswd entry: one bcrypt line Apache's htpasswd verifies with the shown password
+    // and no other.
+    let entry = text(&secrets["ironic-htpasswd"].1["htpasswd"]);
+    assert!(
+        entry.starts_with("ironic:$2y$05$") && entry.ends_with('\n'),
+        "{entry}"
+    );
+    assert_eq!(entry.lines().count(), 1);
+    let file = tmp.path().join("htpasswd");
+    fs::write(&file, &entry).unwrap();
+    let verify = |pw: &str| {
+        Command::new("htpasswd")
+            .args(["-vb", s(&file), "ironic", pw])
+            .output()
+            .expect("htpasswd (apache2-utils) is installed")
+            .status
+            .success()
+    };
+    assert!(verify(&api), "htpasswd -v refused the shown password");
+    assert!(!verify(&format!("{api}x")));
+
+    // Egress credentials: user:password, URL-safe (they go into HTTP_PROXY's userinfo).
+    let creds = text(&secrets["ironic-proxy-egress"].1["credentials"]);
+    let (user, pw) = creds.split_once(':').expect("user:password");
+    assert_eq!(user, "ironic");
+    assert_eq!(pw.len(), 48);
+    assert!(pw.bytes().all(|c| c.is_ascii_hexdigit()), "{pw}");
+
+    // A second run generates new ones.
+    let (again, stderr2) = ok(&ironic_proxy(&args));
+    let again = parse(&again);
+    assert_ne!(shown_password(&stderr2, "API credentials"), api);
+    assert_ne!(
+        again["ironic-proxy-egress"].1["credentials"],
+        secrets["ironic-proxy-egress"].1["credentials"]
+    );
+}
+
+#[test]
+fn kit_secrets_takes_an_existing_database_password() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ca_init(&ca);
+    let pw = tmp.path().join("db-password");
+    fs::write(&pw, "s3cret-from-the-dba\n").unwrap();
+    let (stdout, stderr) = ok(&ironic_proxy(&[
+        "kit",
+        "secrets",
+        "--namespace",
+        "ns1",
+        "--ca-dir",
+        s(&ca),
+        "--db-user",
+        "ironic_db",
+        "--db-password-file",
+        s(&pw),
+    ]));
+    let secrets = parse(&stdout);
+    assert_eq!(
+        secrets["ironic-mariadb"].1["password"],
+        b"s3cret-from-the-dba"
+    );
+    assert_eq!(secrets["ironic-mariadb"].1["username"], b"ironic_db");
+    assert_eq!(stderr.lines().count(), 1, "only the API password: {stderr}");
+    assert!(!stderr.contains("s3cret"));
+}
+
+#[test]
+fn kit_secrets_prints_api_credentials_for_clients_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ca_init(&ca);
+    let (stdout, stderr) = ok(&ironic_proxy(&[
+        "kit",
+        "secrets",
+        "--namespace",
+        "metal3",
+        "--ca-dir",
+        s(&ca),
+        "--api-credentials-secret",
+        "ironic-api-credentials",
+    ]));
+    let secrets = parse(&stdout);
+    assert_eq!(secrets.len(), 5);
+    let creds = &secrets["ironic-api-credentials"].1;
+    assert_eq!(
+        creds.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["htpasswd", "password", "username"]
+    );
+    assert_eq!(creds["username"], b"ironic");
+    assert_eq!(
+        creds["password"],
+        shown_password(&stderr, "API credentials").as_bytes()
+    );
+    assert_eq!(creds["htpasswd"], secrets["ironic-htpasswd"].1["htpasswd"]);
+    assert!(
+        stderr.contains("also in the Secret ironic-api-credentials"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn kit_secrets_refuses_bad_input_with_one_line_and_no_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ca_init(&ca);
+    let other = tmp.path().join("other");
+    ca_init(&other);
+    let run = |ns: &str, dir: &Path, extra: &[&str]| {
+        let mut args = vec!["kit", "secrets", "--namespace", ns, "--ca-dir", s(dir)];
+        args.extend_from_slice(extra);
+        refused(&ironic_proxy(&args))
+    };
+    let line = run("Metal3", &ca, &[]);
+    assert!(
+        line.contains("\"Metal3\" is not a Kubernetes namespace name"),
+        "{line}"
+    );
+    for name in ["ironic-htpasswd", "Bad_Name", "a..b"] {
+        let line = run("metal3", &ca, &["--api-credentials-secret", name]);
+        assert!(line.contains("is not a Secret name of its own"), "{line}");
+    }
+    let line = run("metal3", &ca, &["--api-user", "a:b"]);
+    assert!(line.contains("--api-user \"a:b\""), "{line}");
+    let line = run("metal3", &tmp.path().join("missing"), &[]);
+    assert!(line.contains("missing/ca.crt"), "{line}");
+    let empty = tmp.path().join("empty");
+    fs::write(&empty, "\n").unwrap();
+    let line = run("metal3", &ca, &["--db-password-file", s(&empty)]);
+    assert!(line.contains("holds no password"), "{line}");
+
+    // A bundle that does not hold the CA: the sidecars would not trust their own leaves.
+    fs::copy(other.join("ca.crt"), ca.join("ca-bundle.crt")).unwrap();
+    let line = run("metal3", &ca, &[]);
+    assert!(
+        line.contains("ca-bundle.crt does not contain the CA certificate"),
+        "{line}"
+    );
+    fs::write(ca.join("ca-bundle.crt"), "not PEM").unwrap();
+    let line = run("metal3", &ca, &[]);
+    assert!(line.contains("no PEM CERTIFICATE block"), "{line}");
+    fs::remove_file(ca.join("ca-bundle.crt")).unwrap();
+    let line = run("metal3", &ca, &[]);
+    assert!(
+        line.contains("cannot read") && line.contains("ca-bundle.crt"),
+        "{line}"
+    );
+    // A key that is not the CA's.
+    fs::copy(other.join("ca.key"), ca.join("ca.key")).unwrap();
+    let line = run("metal3", &ca, &[]);
+    assert!(line.contains("does not match"), "{line}");
+}
