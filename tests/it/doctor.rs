@@ -521,6 +521,7 @@ jsonrpc = true
 credentials = {cred}
 targets = ["127.0.61.0/24"]
 ports = [{port}]
+others = "relay"
 "#
         )
     };
@@ -566,5 +567,14 @@ ports = [{port}]
     assert!(out
         .stdout
         .contains("Ironic answered: Method x was not found"));
+    // others = "relay": a plain request to our own admin listener is relayed.
+    assert!(
+        out.stdout.lines().any(|l| {
+            l.starts_with("PASS egress[json-rpc-egress].relay: GET http://127.0.0.1:")
+                && l.ends_with("relayed in plain HTTP: 200")
+        }),
+        "{}",
+        out.stdout
+    );
     drop(backends);
 }
