@@ -3,7 +3,8 @@
 //! sidecar's own identity; then, through each egress listener, the call Ironic's JSON-RPC client
 //! makes to its own `[DEFAULT]host`. One line per peer, with the first cause of a failure:
 //! `refused`, `timeout`, `TLS` (handshake, untrusted chain), `SAN` (the peer's certificate does
-//! not cover the address dialled) or `HTTP` (an answer that is not Ironic's JSON-RPC).
+//! not cover the address dialled), `allow` (the peer's `allow` rules refuse our certificate: 403)
+//! or `HTTP` (an answer that is not Ironic's JSON-RPC).
 //!
 //! Peers are found as Ironic finds them: the conductors its API lists (`GET /v1/conductors` on
 //! the local API socket; each `hostname` is a conductor's `[DEFAULT]host`, the host of every
@@ -58,7 +59,8 @@ pub(super) async fn check(config: &Config, ours: Option<&Material>, report: &mut
         peer(host, port, own, report).await;
     }
     for l in config.listeners.iter().filter(|l| l.egress.is_some()) {
-        egress(l, &hosts, port, own, report).await;
+        let admin = config.admin.as_ref().map(|a| a.listen.as_slice());
+        egress(l, &hosts, port, own, admin, report).await;
     }
 }
 
@@ -286,10 +288,16 @@ async fn peer(host: &str, port: u16, own: &Material, report: &mut Report) {
         _ => {}
     }
     let req = rpc_request("/", &format!("{host}:{port}"), "");
-    match exchange(tls, req.as_bytes())
-        .await
-        .and_then(|(s, b)| judge(s, &b))
-    {
+    let (status, body) = match exchange(tls, req.as_bytes()).await {
+        Ok(a) => a,
+        // A TLS alert after the handshake is the peer refusing our certificate (TLS 1.3 sends
+        // it once the client's first flight arrives).
+        Err(e) if e.contains("alert") => {
+            return report.fail(name, format!("TLS: the peer refused our certificate: {e}"))
+        }
+        Err(e) => return report.fail(name, e),
+    };
+    match judge(status, &body) {
         Ok(said) => report.pass(
             name,
             format!(
@@ -297,11 +305,14 @@ async fn peer(host: &str, port: u16, own: &Material, report: &mut Report) {
                 start.elapsed().as_secs_f64() * 1000.0
             ),
         ),
-        // A TLS alert after the handshake is the peer refusing our certificate (TLS 1.3 sends
-        // it once the client's first flight arrives).
-        Err(e) if e.contains("alert") || e.contains("certificate") => {
-            report.fail(name, format!("TLS: the peer refused our certificate: {e}"));
-        }
+        // The peer's sidecar verified our certificate and its `allow` rules refused it.
+        Err(_) if status == 403 => report.fail(
+            name,
+            format!(
+                "allow: the peer's sidecar refuses our certificate (403): {}",
+                snippet(&body)
+            ),
+        ),
         Err(e) => report.fail(name, e),
     }
 }
@@ -312,6 +323,7 @@ async fn egress(
     hosts: &[String],
     port: u16,
     own: &Material,
+    admin: Option<&[SocketAddr]>,
     report: &mut Report,
 ) {
     let name = format!("egress[{}].json-rpc", l.name);
@@ -385,6 +397,54 @@ async fn egress(
                 ),
             ),
         },
+    }
+    // `others = "relay"`: a plain request to our own admin listener, which is neither a JSON-RPC
+    // port nor a plain port, must be relayed as it would have gone without a proxy.
+    let (Some(admin), crate::config::EgressOthers::Relay) = (admin, e.others) else {
+        return;
+    };
+    let name = format!("egress[{}].relay", l.name);
+    let host_ip: Option<IpAddr> = host.parse().ok();
+    let Some(a) = admin
+        .iter()
+        .find(|a| a.ip().is_unspecified() || Some(a.ip()) == host_ip)
+        .or(admin.first())
+    else {
+        return;
+    };
+    let target_host = if a.ip().is_unspecified() {
+        authority
+            .rsplit_once(':')
+            .map_or(authority.as_str(), |(h, _)| h)
+            .to_owned()
+    } else {
+        SocketAddr::new(a.ip(), 0)
+            .to_string()
+            .trim_end_matches(":0")
+            .to_owned()
+    };
+    let target = format!("{target_host}:{}", a.port());
+    let req = format!(
+        "GET http://{target}/healthz HTTP/1.1\r\nHost: {target}\r\nUser-Agent: ironic-proxy-doctor\r\n\
+         Proxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+    );
+    let tcp = match net::connect(addr).await {
+        Ok((s, _)) => s,
+        Err(err) => return report.fail(name, format!("refused: the egress at {addr}: {err}")),
+    };
+    match exchange(tcp, req.as_bytes()).await {
+        Err(err) => report.fail(name, err),
+        Ok((200, _)) => report.pass(
+            name,
+            format!("GET http://{target}/healthz through {addr} relayed in plain HTTP: 200"),
+        ),
+        Ok((status, body)) => report.fail(
+            name,
+            format!(
+                "GET http://{target}/healthz through {addr}: HTTP {status}: {}",
+                snippet(&body)
+            ),
+        ),
     }
 }
 

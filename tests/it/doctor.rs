@@ -414,3 +414,167 @@ fn check_and_doctor_name_a_node_outside_the_ca_and_the_peer_cidrs() {
     let fixed = node::cli(&["check", "--profile", "sidecar"], &with_ip("127.0.0.2"));
     assert!(fixed.ok(), "{fixed:?}");
 }
+
+/// `doctor --peers` (issue 43) with one sidecar whose conductor list (its local API, a recording
+/// upstream standing in for Ironic: `GET /v1/conductors`, JSON-RPC answers as Ironic 39 gives
+/// them) names itself, a peer from another CA, a peer whose certificate names another IP, a
+/// conductor whose sidecar is down and one whose sidecar never answers. One line per peer with
+/// its cause (TLS, SAN, refused, timeout); the call to its own `[DEFAULT]host` through the
+/// egress passes; a dead conductor is named, not dialled.
+#[test]
+fn doctor_peers_calls_each_conductor_and_its_own_host_through_the_egress() {
+    use crate::support::upstream::{Reply, Upstream};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let d = tmp.path().to_owned();
+    let ca = node::ca_init(&d.join("ca"), &[]);
+    let ca_pem = std::fs::read_to_string(&ca.0).expect("ca.crt");
+    let other_ca = node::ca_init(&d.join("other-ca"), &[]);
+    // Peers on 127.0.61.{1,2,3}, one port; the sidecar's own json-rpc listener on that port too.
+    let ips = [ip(61, 1), ip(61, 2), ip(61, 3), ip(61, 4), ip(61, 5)];
+    let mut listeners = bind_same_port(&ips);
+    let port = listeners[0].local_addr().expect("address").port();
+    let own = listeners.remove(0);
+    // Bound, never accepting: the kernel completes TCP, nobody answers the TLS hello.
+    let _silent = listeners.pop().expect("fifth");
+    let down = listeners.pop().expect("fourth");
+    let mut backends = Vec::new();
+    for (i, (l, from)) in listeners.into_iter().zip([&other_ca, &ca]).enumerate() {
+        let named = if i == 1 {
+            "127.0.61.99".to_owned()
+        } else {
+            ips[i + 1].to_string()
+        };
+        let pem = node::cert_issue(from, &d.join(format!("peer{i}")), &["--ip", &named]);
+        let tls = BackendTls {
+            cert_pem: pem.cert,
+            key_pem: pem.key,
+            client_ca_pem: Some(ca_pem.clone()),
+        };
+        backends.push(Backend::start_tls(&format!("peer{i}"), l, &tls));
+    }
+    let conductors = format!(
+        "{{\"conductors\": [{}, {{\"hostname\": \"127.0.61.9\", \"alive\": false}}]}}",
+        ips.iter()
+            .map(|ip| format!("{{\"hostname\": \"{ip}\", \"alive\": true}}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let ironic = Upstream::start_with(
+        &d.join("ironic.sock"),
+        Arc::new(move |r| {
+            let body = if r.path.starts_with("/v1/conductors") {
+                conductors.clone()
+            } else {
+                // What Ironic 39's JSON-RPC server answers to an unknown method.
+                let id = serde_json::from_slice::<serde_json::Value>(&r.body)
+                    .ok()
+                    .and_then(|v| v.get("id").cloned())
+                    .unwrap_or_default();
+                format!(
+                    "{{\"jsonrpc\": \"2.0\", \"error\": {{\"code\": -32601, \"message\": \
+                     \"Method x was not found\"}}, \"id\": {id}}}"
+                )
+            };
+            Reply {
+                status: 200,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: body.into_bytes(),
+                delay: std::time::Duration::ZERO,
+            }
+        }),
+    );
+    std::fs::write(d.join("egress"), "ironic-rpc:s3cret\n").expect("credentials");
+    let mut identity = node::issuer_identity(&ca, &[], &["127.0.61.1"], "1h");
+    identity.push_str(&format!("export_dir = {}\n", tp(&d.join("export"))));
+    let sock = node::toml_str(&format!("unix:{}", ironic.path.display()));
+    let cred = tp(&d.join("egress"));
+    // The sidecar binds it next: reserved for this process outside the ephemeral range.
+    drop(own);
+    drop(down); // refused from now on; the port stays reserved for this process
+    let egress_port = node::free_port_on(IpAddr::from([127, 0, 0, 1]));
+    let render = move |admin: u16, listen: std::net::SocketAddr| {
+        format!(
+            r#"{identity}
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[[listeners]]
+name = "json-rpc"
+listen = "127.0.61.1:{port}"
+tls = "mutual"
+jsonrpc = true
+upstream = {sock}
+
+[[listeners]]
+name = "api"
+listen = "{listen}"
+tls = "server"
+upstream = {sock}
+
+[[listeners]]
+name = "json-rpc-egress"
+listen = "127.0.0.1:{egress_port}"
+tls = "none"
+jsonrpc = true
+[listeners.egress]
+credentials = {cred}
+targets = ["127.0.61.0/24"]
+ports = [{port}]
+others = "relay"
+"#
+        )
+    };
+    let _proxy = Node::start(&d, "peers", IpAddr::from([127, 0, 0, 1]), render);
+    let config = d.join("peers.toml").display().to_string();
+    let out = node::cli(&["doctor", "--config", &config, "--peers"], &[]);
+    eprintln!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let p = |i: usize| format!("peers[{}:{port}]", ips[i]);
+    for prefix in [
+        "PASS peers.conductors: Ironic at unix:".to_owned(),
+        format!(
+            "{}: mutual TLS with our certificate, JSON-RPC round trip in ",
+            p(0)
+        ),
+        format!(
+            "FAIL {}: TLS: the peer's certificate is not trusted: ",
+            p(1)
+        ),
+        format!(
+            "FAIL {}: SAN: the peer's certificate does not cover {}, the address dialled \
+             (it names IP:127.0.61.99)",
+            p(2),
+            ips[2]
+        ),
+        format!("FAIL {}: refused: Connection refused (os error 111)", p(3)),
+        format!("FAIL {}: timeout: no TLS handshake within 3s", p(4)),
+        format!(
+            "PASS egress[json-rpc-egress].json-rpc: POST http://127.0.61.1:{port}/ through \
+             127.0.0.1:{egress_port}"
+        ),
+    ] {
+        let prefix = prefix.trim_start_matches("PASS ").to_owned();
+        assert!(
+            out.stdout.lines().any(|l| l.contains(&prefix)),
+            "{prefix:?} in\n{}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout.contains("live conductor(s)") && out.stdout.contains("not dialled: 127.0.61.9")
+    );
+    assert!(out
+        .stdout
+        .contains("Ironic answered: Method x was not found"));
+    // others = "relay": a plain request to our own admin listener is relayed.
+    assert!(
+        out.stdout.lines().any(|l| {
+            l.starts_with("PASS egress[json-rpc-egress].relay: GET http://127.0.0.1:")
+                && l.ends_with("relayed in plain HTTP: 200")
+        }),
+        "{}",
+        out.stdout
+    );
+    drop(backends);
+}
