@@ -144,3 +144,58 @@ async fn the_drain_closes_a_connection_that_has_served_and_waits() {
         assert_eq!(Instant::now(), drained, "closed at once, not at a timeout");
     }
 }
+
+/// A connection that has not sent its first request when the drain begins (accepted just
+/// before it, or taken from the accept queue) is not closed unanswered: its first request is
+/// served with `Connection: close`, then the connection closes, with no time passing.
+#[tokio::test(start_paused = true)]
+async fn the_drain_answers_the_first_request_of_a_new_connection_then_closes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = Limits::default();
+    let (mut c, _parked, drain) = connect(upstream(&dir), &limits);
+    settle().await;
+    let drained = Instant::now();
+    drain.send(true).expect("the connection holds the watch");
+    settle().await;
+    let first = get(&mut c, "/first").await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n"),
+        "{first}"
+    );
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).await.expect("read");
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    assert_eq!(
+        Instant::now(),
+        drained,
+        "closed after the answer, not at a timeout"
+    );
+}
+
+/// The wait for that first request is bounded: silent until `request_head_timeout` from
+/// accept, the connection closes then, not earlier and not never.
+#[tokio::test(start_paused = true)]
+async fn a_silent_new_connection_closes_at_the_head_deadline_after_a_drain() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = Limits::default();
+    let accepted = Instant::now();
+    let (mut c, _parked, drain) = connect(upstream(&dir), &limits);
+    drain.send(true).expect("the connection holds the watch");
+    settle().await;
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).await.expect("read");
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    let closed = Instant::now().duration_since(accepted);
+    assert!(
+        closed >= limits.request_head_timeout,
+        "closed after {closed:?}, before the head deadline"
+    );
+    assert!(
+        closed
+            <= limits.request_head_timeout + limits.request_head_timeout.min(limits.idle_timeout),
+        "closed after {closed:?}"
+    );
+}
