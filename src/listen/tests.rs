@@ -64,11 +64,23 @@ fn config(upstream: UpstreamAddr) -> ListenerConfig {
     }
 }
 
-#[tokio::test]
-async fn connections_queued_at_the_drain_are_answered_with_connection_close() {
+/// A client stream of either kind.
+trait Client: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Client for T {}
+
+async fn connect(at: &ListenAddr) -> std::io::Result<Box<dyn Client>> {
+    Ok(match at {
+        ListenAddr::Tcp(a) => Box::new(tokio::net::TcpStream::connect(a).await?),
+        ListenAddr::Unix(p) => Box::new(tokio::net::UnixStream::connect(p).await?),
+    })
+}
+
+/// `N` connections completed by the kernel into the accept queue of a listener at `listen`
+/// that never accepted them, then the drain: each is answered with `Connection: close`.
+async fn queued_connections_are_answered(listen: ListenAddr, dir: &tempfile::TempDir) {
     const N: usize = 8;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let cfg = config(upstream(&dir));
+    let mut cfg = config(upstream(dir));
+    cfg.listen = listen;
     let limits = Limits::default();
     let metrics = Metrics::new();
     let Some(addr @ UpstreamAddr::Unix(_)) = cfg.upstream.local.clone() else {
@@ -76,14 +88,12 @@ async fn connections_queued_at_the_drain_are_answered_with_connection_close() {
     };
     let pool = Pool::new(PoolOptions::local("t", addr, 16 * 1024, metrics.clone()));
     let proxy = Arc::new(Proxy::new("t", pool, limits.clone(), metrics.clone()));
-    let bound = bind("t", &cfg.listen).await.expect("bind 127.0.0.1:0");
-    let ListenAddr::Tcp(at) = bound.local_addr() else {
-        unreachable!("a TCP listener");
-    };
+    let bound = bind("t", &cfg.listen).await.expect("bind");
+    let at = bound.local_addr();
     // Nothing accepts yet: the kernel completes each connection into the accept queue.
     let mut clients = Vec::new();
     for _ in 0..N {
-        clients.push(tokio::net::TcpStream::connect(at).await.expect("connect"));
+        clients.push(connect(&at).await.expect("connect"));
     }
     let listener = Listener::new(cfg, bound, None, proxy, limits, metrics);
     let (tx, shutdown) = watch::channel(true);
@@ -92,8 +102,8 @@ async fn connections_queued_at_the_drain_are_answered_with_connection_close() {
         .await
         .expect("the loop ends on the drain without waiting for new connections");
     assert!(
-        tokio::net::TcpStream::connect(at).await.is_err(),
-        "the socket is closed once the queue is taken"
+        connect(&at).await.is_err(),
+        "{at}: the socket is closed once the queue is taken"
     );
     for (i, c) in clients.iter_mut().enumerate() {
         c.write_all(format!("GET /{i} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
@@ -103,14 +113,26 @@ async fn connections_queued_at_the_drain_are_answered_with_connection_close() {
         tokio::time::timeout(HANG, c.read_to_end(&mut got))
             .await
             .expect("the connection closes after its answer")
-            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+            .unwrap_or_else(|e| panic!("{at} connection {i}: {e}"));
         let got = String::from_utf8_lossy(&got).to_ascii_lowercase();
-        assert!(got.starts_with("http/1.1 200"), "connection {i}: {got:?}");
+        assert!(
+            got.starts_with("http/1.1 200"),
+            "{at} connection {i}: {got:?}"
+        );
         assert!(
             got.contains("\r\nconnection: close\r\n"),
-            "connection {i}: {got:?}"
+            "{at} connection {i}: {got:?}"
         );
-        assert!(got.ends_with("ok"), "connection {i}: {got:?}");
+        assert!(got.ends_with("ok"), "{at} connection {i}: {got:?}");
     }
     drop(tx);
+}
+
+#[tokio::test]
+async fn connections_queued_at_the_drain_are_answered_with_connection_close() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    queued_connections_are_answered(ListenAddr::Tcp(([127, 0, 0, 1], 0).into()), &dir).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sock = dir.path().join("listener.sock");
+    queued_connections_are_answered(ListenAddr::Unix(sock), &dir).await;
 }
