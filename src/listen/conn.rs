@@ -130,7 +130,8 @@ impl ConnClock {
     }
 
     /// End the connection gracefully: after the response in progress (HTTP/1.1), after the
-    /// streams in flight (HTTP/2). Acted on by the driver.
+    /// streams in flight (HTTP/2); asked before the first request, after that request. Acted
+    /// on by the driver.
     pub(super) fn request_close(&self) {
         self.close_requested.store(true, Ordering::Release);
     }

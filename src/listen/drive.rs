@@ -318,7 +318,8 @@ pin_project_lite::pin_project! {
         // `drain` has been polled once, so its waker is registered with the watch.
         drain_armed: bool,
         // The connection was told to end after its requests in flight because the clock asked
-        // for it (an untrusted client chain, see `tls::trust`).
+        // for it (an untrusted client chain, see `tls::trust`, or a drain before its first
+        // request).
         closed_early: bool,
     }
 }
@@ -364,16 +365,26 @@ impl<C: Served> Future for Drive<C> {
             *this.drain_armed = true;
             if drain.as_mut().poll(cx).is_ready() {
                 *this.drain = None;
-                this.conn.as_mut().graceful();
+                if this.clock.served() == 0 {
+                    // Its first request is still to come (queued in the backlog, or accepted
+                    // just before the drain): served, then closed, as an untrusted client's
+                    // (`Service` answers it `Connection: close`). A graceful end now would
+                    // close it unanswered; the head deadline from accept still bounds it.
+                    this.clock.request_close();
+                } else {
+                    this.conn.as_mut().graceful();
+                }
             }
         }
         loop {
             if this.conn.as_mut().poll_serve(cx).is_ready() {
                 return Poll::Ready(());
             }
-            // Asked for by the service while hyper was polled just now: the same graceful end
-            // as a drain, and hyper polled again to act on it.
-            if !*this.closed_early && this.clock.close_requested() {
+            // Asked for by the service while hyper was polled just now, or by a drain before
+            // the first request: the same graceful end as a drain once a request has begun
+            // (before it, hyper would close the connection unanswered), and hyper polled again
+            // to act on it.
+            if !*this.closed_early && this.clock.close_requested() && this.clock.served() > 0 {
                 *this.closed_early = true;
                 this.conn.as_mut().graceful();
                 continue;

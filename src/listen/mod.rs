@@ -2,10 +2,16 @@
 //! deadline, serving HTTP/1.1 or HTTP/2 (by ALPN), and graceful drain.
 //!
 //! Shutdown, the one mechanism: the server flips the `shutdown` watch; every accept loop stops
-//! accepting and drops its socket (new connections are refused); every connection task calls
-//! hyper's `graceful_shutdown` (HTTP/1.1 closes after the in-flight response, HTTP/2 sends
-//! GOAWAY); [`Listener::drained`] resolves when every connection permit is back. The server
-//! bounds that wait by `limits.drain_timeout`.
+//! waiting for connections, takes those the kernel has already completed (its accept queue,
+//! without waiting for more) and drops its socket (new connections are refused, logged
+//! `stopped accepting` with the count taken); every connection task calls hyper's
+//! `graceful_shutdown` (HTTP/1.1 closes after the in-flight response, HTTP/2 sends GOAWAY), or,
+//! on a connection that has not begun its first request (taken from the queue, or accepted just
+//! before the flip), does so once that request has begun: it is answered (`Connection: close`
+//! on HTTP/1.1, GOAWAY after its first stream on HTTP/2) if it arrives within
+//! `request_head_timeout` from accept, never closed unanswered. Idle connections that have
+//! served a request close at once. [`Listener::drained`] resolves when every connection permit
+//! is back. The server bounds that wait by `limits.drain_timeout`.
 
 mod conn;
 mod drive;
@@ -158,8 +164,9 @@ impl Listener {
         }
     }
 
-    /// Accepts until `shutdown` turns true, then drops the socket: from then on new
-    /// connections are refused while the open ones drain.
+    /// Accepts until `shutdown` turns true, then takes the connections the kernel has already
+    /// completed and drops the socket: from then on new connections are refused while the
+    /// open ones drain.
     pub(crate) async fn run(mut self, shutdown: watch::Receiver<bool>) {
         let Some(bound) = self.bound.take() else {
             return;
@@ -168,44 +175,65 @@ impl Listener {
         let mut stop = shutdown.clone();
         loop {
             let accepted = tokio::select! {
-                r = accept(&bound) => r,
+                // The drain first: from then on the queue is taken by `accept_queued`.
+                biased;
                 _ = stop.wait_for(|s| *s) => break,
+                r = accept(&bound) => r,
             };
-            let (io, peer) = match accepted {
-                Ok(x) => x,
+            match accepted {
+                Ok((io, peer)) => {
+                    this.spawn(io, peer, &shutdown);
+                }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning; the loop never dies.
                     tracing::warn!(listener = %this.name, error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
                 }
-            };
-            let Ok(permit) = this.permits.clone().try_acquire_owned() else {
-                this.rejected.inc();
-                drop(io);
-                continue;
-            };
-            let this2 = this.clone();
-            let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                this2.active.inc();
-                match io {
-                    // Egress: every read ACKed at once (see `proxy::egress::quickack`).
-                    Stream::Tcp(s) if this2.cfg.egress.is_some() => {
-                        let s = crate::proxy::egress::quickack::QuickAck::new(s);
-                        this2.connection(s, peer, shutdown).await;
-                    }
-                    Stream::Tcp(s) => this2.connection(s, peer, shutdown).await,
-                    Stream::Unix(s) => this2.connection(s, peer, shutdown).await,
-                }
-                this2.active.dec();
-                drop(permit);
-            });
+            }
         }
-        if let Bound::Unix(_, path) = &bound {
+        let path = match &bound {
+            Bound::Unix(_, path) => Some(path.clone()),
+            Bound::Tcp(_) => None,
+        };
+        let queued = accept_queued(bound, this.limits.max_connections, |io, peer| {
+            this.spawn(io, peer, &shutdown)
+        });
+        if let Some(path) = path {
             let _ = std::fs::remove_file(path);
         }
-        drop(bound);
+        tracing::info!(listener = %this.name, queued, "stopped accepting");
+    }
+
+    /// Serves an accepted connection in its own task, or closes it at once when the listener
+    /// is at `max_connections`. Returns whether it is served.
+    fn spawn(
+        self: &Arc<Self>,
+        io: Stream,
+        peer: Option<SocketAddr>,
+        shutdown: &watch::Receiver<bool>,
+    ) -> bool {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            self.rejected.inc();
+            drop(io);
+            return false;
+        };
+        let this = self.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            this.active.inc();
+            match io {
+                // Egress: every read ACKed at once (see `proxy::egress::quickack`).
+                Stream::Tcp(s) if this.cfg.egress.is_some() => {
+                    let s = crate::proxy::egress::quickack::QuickAck::new(s);
+                    this.connection(s, peer, shutdown).await;
+                }
+                Stream::Tcp(s) => this.connection(s, peer, shutdown).await,
+                Stream::Unix(s) => this.connection(s, peer, shutdown).await,
+            }
+            this.active.dec();
+            drop(permit);
+        });
+        true
     }
 
     async fn connection<S>(&self, io: S, peer: Option<SocketAddr>, shutdown: watch::Receiver<bool>)
@@ -365,6 +393,81 @@ async fn accept(bound: &Bound) -> std::io::Result<(Stream, Option<SocketAddr>)> 
     }
 }
 
+/// Takes, without waiting, the connections the kernel completed on `bound` before the drain
+/// (its accept queue), hands each to `serve` and closes the socket; at most `limit` of them,
+/// and none after `serve` turns one away (the listener is full: the rest would be too).
+/// Returns how many were served. A client the kernel completed has sent its request, or is
+/// about to, into a socket it believes served: closing it unanswered would look to it like a
+/// lost request.
+///
+/// The socket is taken back from the runtime and accepted from directly (it stays
+/// non-blocking): an `accept` future would wait for the runtime to have seen the socket
+/// readable, and a connection completed since the runtime last looked would be closed
+/// unanswered with the socket.
+fn accept_queued(
+    bound: Bound,
+    limit: usize,
+    mut serve: impl FnMut(Stream, Option<SocketAddr>) -> bool,
+) -> usize {
+    let mut next: Box<dyn FnMut() -> std::io::Result<(Stream, Option<SocketAddr>)>> = match bound {
+        Bound::Tcp(l) => {
+            let l = match l.into_std() {
+                Ok(l) => l,
+                Err(e) => return drain_failed(&e),
+            };
+            Box::new(move || {
+                let (s, peer) = l.accept()?;
+                s.set_nonblocking(true)?;
+                let s = tokio::net::TcpStream::from_std(s)?;
+                let _ = s.set_nodelay(true);
+                Ok((Stream::Tcp(s), Some(peer)))
+            })
+        }
+        Bound::Unix(l, _) => {
+            let l = match l.into_std() {
+                Ok(l) => l,
+                Err(e) => return drain_failed(&e),
+            };
+            Box::new(move || {
+                let (s, _) = l.accept()?;
+                s.set_nonblocking(true)?;
+                Ok((Stream::Unix(tokio::net::UnixStream::from_std(s)?), None))
+            })
+        }
+    };
+    let mut served = 0;
+    let mut tries = 0;
+    while tries < limit {
+        tries += 1;
+        match next() {
+            Ok((io, peer)) => {
+                if !serve(io, peer) {
+                    break;
+                }
+                served += 1;
+            }
+            // Accept queue empty: every connection completed before now is taken.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            // One queued connection aborted by its client, or a signal: the next one.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => {
+                drain_failed(&e);
+                break;
+            }
+        }
+    }
+    served
+}
+
+fn drain_failed(e: &std::io::Error) -> usize {
+    tracing::warn!(error = %e, "accept failed while draining; closing the accept queue");
+    0
+}
+
 enum Stream {
     Tcp(tokio::net::TcpStream),
     Unix(tokio::net::UnixStream),
@@ -387,3 +490,6 @@ fn classify(e: &std::io::Error) -> &'static str {
         None => "io",
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,7 +4,8 @@
 //! On a mutual-TLS connection, each request first checks that the client's chain still
 //! verifies against the listener's trust (`tls::trust`); once it does not, that request is
 //! served and the connection closes after it (`Connection: close` on HTTP/1.1, GOAWAY on
-//! HTTP/2, through the driver).
+//! HTTP/2, through the driver). The same for the first request of a connection that the server
+//! began draining before that request arrived.
 
 use super::conn::ConnClock;
 use super::guard;
@@ -78,20 +79,20 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
         let mut guard = self.clock.begin();
         // HTTP/1.1: what ends keep-alive for hyper ends parking too (see `drive`).
         let h1 = self.framing.is_some();
-        let untrusted = self.untrusted();
-        if untrusted {
+        // Untrusted, or the server drained before this connection's first request (see
+        // `drive`): this request is served and the connection ends after it.
+        let last = self.untrusted() || self.clock.close_requested();
+        if last {
             // The driver ends the connection gracefully: after this response on HTTP/1.1,
             // after the streams in flight on HTTP/2.
             self.clock.request_close();
         }
-        if h1
-            && (untrusted || req.version() != http::Version::HTTP_11 || wants_close(req.headers()))
-        {
+        if h1 && (last || req.version() != http::Version::HTTP_11 || wants_close(req.headers())) {
             self.clock.note_closing();
         }
         Box::pin(async move {
             let mut resp = proxy.handle(req, &info).await;
-            if h1 && untrusted {
+            if h1 && last {
                 // Told, so the client does not send its next request into a closing
                 // connection (RFC 9112 §9.6).
                 resp.headers_mut().insert(

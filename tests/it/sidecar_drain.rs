@@ -1,13 +1,16 @@
 //! SIGTERM/SIGINT drain of the real binary: in-flight requests complete, new connections are
-//! refused, `/readyz` turns 503, idle keep-alive connections close, and the process exits 0
-//! within `limits.drain_timeout`.
+//! refused, `/readyz` turns 503, idle keep-alive connections close, connections opened before
+//! the signal that had not sent a request yet are answered (`Connection: close`), and the
+//! process exits 0 within `limits.drain_timeout`.
 
 use crate::support;
 
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::{curl, json_object, poll_until, HttpConn, Sandbox, Tls, Upstream, HANG};
+use support::{
+    curl, json_object, poll_until, tls_client_config, HttpConn, Sandbox, Tls, Upstream, HANG,
+};
 
 /// True when a new TCP connection to `addr` is refused by the kernel (nothing listens).
 fn refused(addr: std::net::SocketAddr) -> bool {
@@ -165,6 +168,120 @@ fn signals_sent_right_after_ready_are_handled() {
             exit.and_then(|s| s.code()),
             Some(0),
             "start {i}: SIGHUP then SIGTERM right after ready must drain and exit 0, got {exit:?}"
+        );
+    }
+}
+
+/// A TLS client over an already connected TCP stream: the handshake runs now.
+fn tls_over(
+    tcp: TcpStream,
+    cfg: std::sync::Arc<rustls::ClientConfig>,
+) -> std::io::Result<support::TlsStream> {
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("server name");
+    let conn = rustls::ClientConnection::new(cfg, name).map_err(std::io::Error::other)?;
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock)?;
+    }
+    Ok(s)
+}
+
+/// Connections the kernel completed before SIGTERM (accepted by the loop, or still in the
+/// accept queue) that have not sent a request are not closed unanswered: each one's request,
+/// sent after the listener stopped accepting, gets its response with `Connection: close`,
+/// then the connection closes. On a plain and a TLS listener (the handshake too runs after
+/// the signal). A balancer's client cannot tell a connection closed unanswered from a lost
+/// request.
+#[test]
+fn sigterm_answers_connections_opened_before_it_that_had_not_sent_a_request() {
+    const N: usize = 8;
+    let sb = Sandbox::new();
+    let up = Upstream::start(&sb.socket("api"));
+    let mut proxy = sb
+        .proxy()
+        .listener("api", Tls::Server, &up.address())
+        .listener("plain", Tls::None, &up.address())
+        .limit_dur("drain_timeout", "60s")
+        .start();
+    let (api, plain) = (proxy.addr("api"), proxy.addr("plain"));
+    let open = |addr| {
+        let s = TcpStream::connect_timeout(&addr, HANG).expect("connect before the signal");
+        s.set_read_timeout(Some(HANG)).unwrap();
+        s.set_write_timeout(Some(HANG)).unwrap();
+        s
+    };
+    let plains: Vec<TcpStream> = (0..N).map(|_| open(plain)).collect();
+    let tlss: Vec<TcpStream> = (0..N).map(|_| open(api)).collect();
+
+    proxy.signal("TERM");
+    assert!(
+        proxy.wait_log(HANG, |l| l.contains("draining")).is_some(),
+        "no `draining` line: {:?}",
+        proxy.logs()
+    );
+    // Both sockets closed: the connections' tasks have seen the drain (the old code closed
+    // them unanswered by then).
+    assert!(
+        poll_until(HANG, || (refused(api) && refused(plain)).then_some(())).is_some(),
+        "the listeners stop accepting on SIGTERM"
+    );
+
+    let cfg = tls_client_config(&sb.ca.pem, None, &[b"http/1.1"]);
+    let mut answered = 0;
+    let check = |what: String, r: std::io::Result<support::Response>| {
+        let r = r.unwrap_or_else(|e| panic!("{what}: no answer after SIGTERM: {e}"));
+        assert_eq!(r.status, 200, "{what}");
+        assert_eq!(
+            r.header("connection"),
+            Some("close"),
+            "{what}: {:?}",
+            r.headers
+        );
+    };
+    for (i, s) in plains.into_iter().enumerate() {
+        let mut c = HttpConn::new(s);
+        check(format!("plain {i}"), c.get(&format!("/plain/{i}")));
+        assert!(
+            c.wait_closed(HANG).is_some(),
+            "plain {i} closes after its answer"
+        );
+        answered += 1;
+    }
+    for (i, s) in tlss.into_iter().enumerate() {
+        let s = tls_over(s, cfg.clone())
+            .unwrap_or_else(|e| panic!("tls {i}: handshake after SIGTERM: {e}"));
+        let mut c = HttpConn::new(s);
+        check(format!("tls {i}"), c.get(&format!("/tls/{i}")));
+        assert!(
+            c.wait_closed(HANG).is_some(),
+            "tls {i} closes after its answer"
+        );
+        answered += 1;
+    }
+    assert_eq!(answered, 2 * N);
+    assert_eq!(
+        up.all().len(),
+        2 * N,
+        "every request reached the upstream once"
+    );
+
+    let exit = proxy.wait_exit(HANG);
+    assert_eq!(
+        exit.and_then(|s| s.code()),
+        Some(0),
+        "exit status after SIGTERM"
+    );
+    let logs = proxy.logs();
+    assert!(
+        logs.iter().any(|l| l.contains("drained"))
+            && !logs.iter().any(|l| l.contains("drain timeout")),
+        "the drain ended with the last answer, not at drain_timeout: {logs:?}"
+    );
+    for name in ["api", "plain"] {
+        assert!(
+            logs.iter().any(|l| l.contains("stopped accepting")
+                && l.contains(&format!("listener={name}"))),
+            "{name}: no `stopped accepting` line: {logs:?}"
         );
     }
 }

@@ -43,6 +43,15 @@ fn upstream(dir: &tempfile::TempDir) -> UpstreamAddr {
 /// Serves one client connection like a plain listener's; returns the client's end, the
 /// listener's parked-connection gauge and the server's drain switch.
 fn connect(addr: UpstreamAddr, limits: &Limits) -> (DuplexStream, Gauge, watch::Sender<bool>) {
+    connect_as(addr, limits, false)
+}
+
+/// [`connect`], over HTTP/2 (prior knowledge) when `h2`.
+fn connect_as(
+    addr: UpstreamAddr,
+    limits: &Limits,
+    h2: bool,
+) -> (DuplexStream, Gauge, watch::Sender<bool>) {
     let metrics = Metrics::new();
     let pool = Pool::new(PoolOptions::local("t", addr, 16 * 1024, metrics.clone()));
     let proxy = Arc::new(Proxy::new("t", pool, limits.clone(), metrics));
@@ -62,7 +71,7 @@ fn connect(addr: UpstreamAddr, limits: &Limits) -> (DuplexStream, Gauge, watch::
     let conn = Listener::serve(
         site,
         server,
-        false,
+        h2,
         ConnInfo::new(None, false),
         None,
         clock,
@@ -143,4 +152,102 @@ async fn the_drain_closes_a_connection_that_has_served_and_waits() {
         assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
         assert_eq!(Instant::now(), drained, "closed at once, not at a timeout");
     }
+}
+
+/// A connection that has not sent its first request when the drain begins (accepted just
+/// before it, or taken from the accept queue) is not closed unanswered: its first request is
+/// served with `Connection: close`, then the connection closes, with no time passing.
+#[tokio::test(start_paused = true)]
+async fn the_drain_answers_the_first_request_of_a_new_connection_then_closes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = Limits::default();
+    let (mut c, _parked, drain) = connect(upstream(&dir), &limits);
+    settle().await;
+    let drained = Instant::now();
+    drain.send(true).expect("the connection holds the watch");
+    settle().await;
+    let first = get(&mut c, "/first").await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n"),
+        "{first}"
+    );
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).await.expect("read");
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    assert_eq!(
+        Instant::now(),
+        drained,
+        "closed after the answer, not at a timeout"
+    );
+}
+
+/// The wait for that first request is bounded: silent until `request_head_timeout` from
+/// accept, the connection closes then, not earlier and not never.
+#[tokio::test(start_paused = true)]
+async fn a_silent_new_connection_closes_at_the_head_deadline_after_a_drain() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = Limits::default();
+    let accepted = Instant::now();
+    let (mut c, _parked, drain) = connect(upstream(&dir), &limits);
+    drain.send(true).expect("the connection holds the watch");
+    settle().await;
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).await.expect("read");
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    let closed = Instant::now().duration_since(accepted);
+    assert!(
+        closed >= limits.request_head_timeout,
+        "closed after {closed:?}, before the head deadline"
+    );
+    assert!(
+        closed
+            <= limits.request_head_timeout + limits.request_head_timeout.min(limits.idle_timeout),
+        "closed after {closed:?}"
+    );
+}
+
+/// The same over HTTP/2: a connection drained before its first stream serves that stream,
+/// then ends (hyper's graceful end, GOAWAY): the client's connection closes without error and
+/// takes no second stream, with no time passing.
+#[tokio::test(start_paused = true)]
+async fn the_drain_answers_the_first_http2_stream_of_a_new_connection_then_goes_away() {
+    use http_body_util::BodyExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = Limits::default();
+    let (c, _parked, drain) = connect_as(upstream(&dir), &limits, true);
+    let drained = Instant::now();
+    drain.send(true).expect("the connection holds the watch");
+    settle().await;
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(c),
+    )
+    .await
+    .expect("HTTP/2 handshake after the drain");
+    let conn = tokio::spawn(conn);
+    let req = http::Request::get("http://localhost/first")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .expect("request");
+    let resp = send
+        .send_request(req)
+        .await
+        .expect("the first stream is answered");
+    assert_eq!(resp.status(), http::StatusCode::OK);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], b"ok");
+    conn.await
+        .expect("the client connection task")
+        .expect("GOAWAY, then a clean close");
+    assert!(
+        send.ready().await.is_err(),
+        "no second stream after the drain"
+    );
+    assert_eq!(
+        Instant::now(),
+        drained,
+        "ended after the stream, not at a timeout"
+    );
 }
