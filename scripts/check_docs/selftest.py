@@ -13,8 +13,8 @@ from .common import BIN, ROOT, upstream_tree
 # (what, file, text to replace, replacement, what the failure must say)
 SEEDS = [
     ("a port", "docs/install.md", "| 6189 |", "| 6190 |", "listens on 6190"),
-    ("a profile default", "config/profiles/balancer.toml", "[::]:9902", "[::]:9903",
-     "IRONIC_PROXY_ADMIN_LISTEN"),
+    ("a profile default", "config/profiles/balancer.toml", "${IRONIC_PROXY_DNS_REFRESH:-5s}",
+     "${IRONIC_PROXY_DNS_REFRESH:-7s}", "IRONIC_PROXY_DNS_REFRESH"),
     ("a Secret's key", "docs/install.md", "| `ironic-mariadb` | `username`, `password` |",
      "| `ironic-mariadb` | `user`, `password` |", "Secret ironic-mariadb"),
     ("a variable", "docs/operate.md", "IRONIC_PROXY_DNS_REFRESH", "IRONIC_PROXY_DNS_REFRESHES",
