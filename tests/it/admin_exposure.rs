@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use support::proxy::{command, start_ready};
 use support::{curl, free_port, metric, Proxy, Sandbox, Tls, Upstream};
@@ -26,6 +26,24 @@ fn start_with_admin(sb: &Sandbox, up: &Upstream, port: u16, admin: &str) -> Prox
         std::fs::write(&config, text).unwrap();
         Proxy::spawn(&config, port, ports, false, None)
     })
+}
+
+/// A proxy whose admin listener is 127.0.0.1 only, with `/metrics` guarded by a token file
+/// holding `token`: (proxy, admin port, the token file).
+fn start_with_token(sb: &Sandbox, up: &Upstream, token: &str) -> (Proxy, u16, PathBuf) {
+    let token_file = sb.path("metrics-token");
+    write_token(&token_file, token);
+    let port = free_port();
+    let proxy = start_with_admin(
+        sb,
+        up,
+        port,
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nbearer_token_file = {:?}",
+            token_file.display().to_string()
+        ),
+    );
+    (proxy, port, token_file)
 }
 
 /// `curl` on the admin listener: (status, headers and body as curl printed them).
@@ -84,18 +102,7 @@ fn admin_binds_every_listed_address_and_no_other() {
 fn metrics_need_the_bearer_token_and_the_probes_stay_open() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
-    let token_file = sb.path("metrics-token");
-    write_token(&token_file, "eyJhbGciOiJSUzI1NiJ9.c2NyYXBlcg.sig-_");
-    let port = free_port();
-    let proxy = start_with_admin(
-        &sb,
-        &up,
-        port,
-        &format!(
-            "listen = \"127.0.0.1:{port}\"\nbearer_token_file = {:?}",
-            token_file.display().to_string()
-        ),
-    );
+    let (proxy, port, _) = start_with_token(&sb, &up, "eyJhbGciOiJSUzI1NiJ9.c2NyYXBlcg.sig-_");
     let base = format!("http://127.0.0.1:{port}");
 
     // The probes need nothing (kubelet sends no credentials).
@@ -147,18 +154,7 @@ fn metrics_need_the_bearer_token_and_the_probes_stay_open() {
 fn a_changed_token_file_is_followed_and_a_broken_one_keeps_the_last_token() {
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("api"));
-    let token_file = sb.path("metrics-token");
-    write_token(&token_file, "first-token");
-    let port = free_port();
-    let proxy = start_with_admin(
-        &sb,
-        &up,
-        port,
-        &format!(
-            "listen = \"127.0.0.1:{port}\"\nbearer_token_file = {:?}",
-            token_file.display().to_string()
-        ),
-    );
+    let (proxy, port, token_file) = start_with_token(&sb, &up, "first-token");
     let metrics = format!("http://127.0.0.1:{port}/metrics");
     let logged = |what: &'static str| {
         proxy
