@@ -440,4 +440,4 @@ impl<C: Served> Future for Drive<C> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -2,6 +2,7 @@
 //! accepted by the loop, are taken and answered, not closed with the socket. Real sockets on
 //! 127.0.0.1:0 in front of a real HTTP/1.1 upstream on a unix socket in a temp dir.
 
+use super::drive::tests::upstream;
 use super::{bind, Listener};
 use crate::balance::health::HealthOptions;
 use crate::config::{Limits, ListenAddr, ListenerConfig, UpstreamAddr, UpstreamConfig};
@@ -9,8 +10,6 @@ use crate::metrics::Metrics;
 use crate::proxy::pool::{Pool, PoolOptions};
 use crate::proxy::Proxy;
 use crate::tls::TlsMode;
-use bytes::Bytes;
-use http_body_util::Full;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,28 +17,6 @@ use tokio::sync::watch;
 
 /// Upper bound on every wait below; each normally takes milliseconds.
 const HANG: Duration = Duration::from_secs(20);
-
-/// An upstream that answers every request 200 with a short body.
-fn upstream(dir: &tempfile::TempDir) -> UpstreamAddr {
-    let sock = dir.path().join("upstream.sock");
-    let listener = tokio::net::UnixListener::bind(&sock).expect("bind the upstream socket");
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(|_req| async {
-                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                        Bytes::from_static(b"ok"),
-                    )))
-                });
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(io, svc)
-                    .await;
-            });
-        }
-    });
-    UpstreamAddr::Unix(sock)
-}
 
 fn config(upstream: UpstreamAddr) -> ListenerConfig {
     ListenerConfig {

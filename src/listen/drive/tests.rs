@@ -18,8 +18,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// An upstream that answers every request 200 with a short body.
-fn upstream(dir: &tempfile::TempDir) -> UpstreamAddr {
+/// An upstream that answers every request 200 with a short body (the listener's tests use it
+/// too).
+pub(in crate::listen) fn upstream(dir: &tempfile::TempDir) -> UpstreamAddr {
     let sock = dir.path().join("upstream.sock");
     let listener = tokio::net::UnixListener::bind(&sock).expect("bind the upstream socket");
     tokio::spawn(async move {
