@@ -183,17 +183,22 @@ async fn a_connection_made_with_a_replaced_identity_is_never_handed_out_again() 
     idle.put(a);
     idle.put(c);
     let a = idle.take().expect("made with the current identity");
+    // Sends a renewed identity and waits (yielding, on the paused clock) until the follower has
+    // stored it.
+    let renew = || async {
+        let before = tls.generation();
+        tx.send_replace(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
+        for _ in 0..10_000 {
+            if tls.generation() != before {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_ne!(tls.generation(), before, "the follower stored the renewal");
+    };
 
     // A renewal: the follower stores the new client configuration.
-    let before = tls.generation();
-    tx.send_replace(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
-    for _ in 0..10_000 {
-        if tls.generation() != before {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert_ne!(tls.generation(), before, "the follower stored the renewal");
+    renew().await;
     assert!(
         idle.take().is_none(),
         "the idle one is dropped, not handed out"
@@ -214,15 +219,7 @@ async fn a_connection_made_with_a_replaced_identity_is_never_handed_out_again() 
     // The sweep drops outdated ones that were pooled before a change.
     let (e, _far_e) = made(tls.generation());
     idle.put(e);
-    let before = tls.generation();
-    tx.send_replace(Arc::new(material(dir.path(), &ca, &ca.cert_pem)));
-    for _ in 0..10_000 {
-        if tls.generation() != before {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert_ne!(tls.generation(), before, "the follower stored the renewal");
+    renew().await;
     idle.close_expired();
     assert_eq!(pooled(&idle), 0, "the sweep closes it");
     follower.abort();
