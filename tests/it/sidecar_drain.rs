@@ -9,7 +9,7 @@ use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use support::{
-    curl, json_object, poll_until, tls_client_config, HttpConn, Sandbox, Tls, Upstream, HANG,
+    curl, json_object, poll_until, tls_client_config, HttpConn, Proxy, Sandbox, Tls, Upstream, HANG,
 };
 
 /// True when a new TCP connection to `addr` is refused by the kernel (nothing listens).
@@ -18,6 +18,24 @@ fn refused(addr: std::net::SocketAddr) -> bool {
         TcpStream::connect_timeout(&addr, Duration::from_millis(200)),
         Err(e) if e.kind() == ErrorKind::ConnectionRefused
     )
+}
+
+/// Waits for the proxy to exit after its signal: status 0, and the drain ended by itself
+/// ("drained"), not at drain_timeout. Returns the log lines.
+fn exits_0_drained(proxy: &mut Proxy, why: &str) -> Vec<String> {
+    let exit = proxy.wait_exit(HANG);
+    assert_eq!(
+        exit.and_then(|s| s.code()),
+        Some(0),
+        "exit status after the signal"
+    );
+    let logs = proxy.logs();
+    assert!(
+        logs.iter().any(|l| l.contains("drained"))
+            && !logs.iter().any(|l| l.contains("drain timeout")),
+        "{why}: {logs:?}"
+    );
+    logs
 }
 
 #[test]
@@ -78,17 +96,9 @@ fn sigterm_finishes_in_flight_requests_refuses_new_connections_and_exits_0() {
     assert_eq!(status, "200", "the in-flight request completes: {out:?}");
     assert_eq!(json_object(body)["path"], "/slow");
 
-    let exit = proxy.wait_exit(HANG);
-    assert_eq!(
-        exit.and_then(|s| s.code()),
-        Some(0),
-        "exit status after SIGTERM"
-    );
-    let logs = proxy.logs();
-    assert!(
-        logs.iter().any(|l| l.contains("drained"))
-            && !logs.iter().any(|l| l.contains("drain timeout")),
-        "the drain ended with the request, not at drain_timeout: {logs:?}"
+    exits_0_drained(
+        &mut proxy,
+        "the drain ended with the request, not at drain_timeout",
     );
     let paths: Vec<String> = up.all().iter().map(|r| r.path.clone()).collect();
     assert_eq!(paths, ["/warm", "/slow?delay_ms=5000"]);
@@ -140,15 +150,8 @@ fn sigint_drains_like_sigterm() {
     let mut c = HttpConn::tcp(proxy.addr("plain")).unwrap();
     assert_eq!(c.get("/x").unwrap().status, 200);
     proxy.signal("INT");
-    let exit = proxy.wait_exit(HANG);
-    assert_eq!(exit.and_then(|s| s.code()), Some(0));
     // Nothing in flight: the drain ends at once ("drained"), not at drain_timeout.
-    let logs = proxy.logs();
-    assert!(
-        logs.iter().any(|l| l.contains("drained"))
-            && !logs.iter().any(|l| l.contains("drain timeout")),
-        "nothing in flight: exit at once: {logs:?}"
-    );
+    exits_0_drained(&mut proxy, "nothing in flight: exit at once");
 }
 
 /// A signal sent the moment `/readyz` says 200 is handled, not fatal: the handlers must be in
@@ -265,17 +268,9 @@ fn sigterm_answers_connections_opened_before_it_that_had_not_sent_a_request() {
         "every request reached the upstream once"
     );
 
-    let exit = proxy.wait_exit(HANG);
-    assert_eq!(
-        exit.and_then(|s| s.code()),
-        Some(0),
-        "exit status after SIGTERM"
-    );
-    let logs = proxy.logs();
-    assert!(
-        logs.iter().any(|l| l.contains("drained"))
-            && !logs.iter().any(|l| l.contains("drain timeout")),
-        "the drain ended with the last answer, not at drain_timeout: {logs:?}"
+    let logs = exits_0_drained(
+        &mut proxy,
+        "the drain ended with the last answer, not at drain_timeout",
     );
     for name in ["api", "plain"] {
         assert!(
