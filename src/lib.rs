@@ -18,7 +18,7 @@
 //! - [`auth`]: HTTP Basic authentication per listener (htpasswd, public paths).
 //! - [`metrics`]: the Prometheus registry and every metric family.
 //! - [`logging`]: the stderr writer behind `tracing`; access lines written in batches.
-//! - `trim`: once ready, the executable's pages that only start-up used are given back.
+//! - `memory_release`: once ready, the executable's pages that only start-up used are given back.
 
 #![warn(clippy::unwrap_used)]
 
@@ -37,13 +37,13 @@ pub mod error;
 mod identity;
 mod listen;
 mod logging;
+mod memory_release;
 mod metrics;
 pub mod pki;
 mod proxy;
 mod server;
 mod signal;
 mod tls;
-mod trim;
 
 // What the binary runs.
 pub use admin::check_token as check_metrics_token;
@@ -66,7 +66,7 @@ pub use discovery::{spawn as spawn_discovery, DiscoveryOptions, Endpoint, Endpoi
 pub use identity::{load_chain, load_files, load_key, load_trust, Material};
 pub use listen::serve_stream;
 pub use metrics::{Metrics, UpstreamLabels};
-pub use proxy::find::Finder;
+pub use proxy::find_newest::Finder;
 pub use proxy::h1::{read_whole_response, WholeResponse};
 pub use proxy::pool::{Pool, PoolOptions};
 pub use proxy::{headers, jsonrpc, route, ConnInfo, Proxy};

@@ -334,8 +334,8 @@ impl Server {
         }
         // Last: what start-up ran is in the executable's resident pages, most of it never to
         // run again; the request path faults back what it uses.
-        crate::trim::executable_pages();
-        tasks.add(&tokio::spawn(crate::trim::when_idle(
+        crate::memory_release::executable_pages();
+        tasks.add(&tokio::spawn(crate::memory_release::when_idle(
             config.limits.idle_trim,
         )));
         Ok(Self {
@@ -417,7 +417,7 @@ fn route_table(
     ctx: &PoolContext<'_>,
     tasks: &mut Tasks,
 ) -> Result<crate::proxy::route::Routes, ServerError> {
-    use crate::proxy::find::Finder;
+    use crate::proxy::find_newest::Finder;
     use crate::proxy::route::{Route, Routes, Target as RouteTarget};
     let mut routes = Vec::with_capacity(lc.routes.len());
     for (r, rc) in lc.routes.iter().enumerate() {

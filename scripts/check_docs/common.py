@@ -109,9 +109,8 @@ def profile_vars():
 
 
 def rust_profile_vars():
-    files = [os.path.join(ROOT, "src", "config", "profile.rs")] + [
-        p for p in glob.glob(os.path.join(ROOT, "src", "config", "profile", "*.rs"))
-        if not p.endswith("tests.rs")]
+    files = [p for p in glob.glob(os.path.join(ROOT, "src", "config", "profile", "*.rs"))
+             if not p.endswith("tests.rs")]
     out = set()
     for p in files:
         with open(p, encoding="utf-8") as f:

@@ -107,7 +107,7 @@ pub(crate) async fn serve(
         let token = token.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                crate::trim::note_request();
+                crate::memory_release::note_request();
                 let resp = route(&req, &metrics, &readiness, token.as_deref());
                 async move { Ok::<_, Infallible>(resp) }
             });

@@ -3,7 +3,7 @@
 //!
 //! hyper's own `header_read_timeout` restarts whenever a keep-alive connection waits for the next
 //! head, which would make `request_head_timeout` an idle timeout too; we switch it off and keep
-//! our own clock here instead. [`Activity`] notes the first byte read while the connection is
+//! our own clock here instead. [`WatchedStream`] notes the first byte read while the connection is
 //! idle; [`InFlight`] guards count requests until their response body ends.
 //!
 //! While a request runs there is no deadline (the upstream has `upstream_timeout`), except when
@@ -53,7 +53,7 @@ pub(crate) struct ConnClock {
     write_stalled: AtomicU64,
     /// `served` + 1 at the last flush to the client that completed with no request in flight
     /// (HTTP/1.1): every byte of the responses begun by then is out. 0 before any.
-    settled: AtomicU64,
+    flushed_idle: AtomicU64,
     /// A request or its response ended keep-alive (HTTP/1.1): hyper closes the connection once
     /// that response is out, so it must not park (parking would serve bytes hyper left unread).
     closing: AtomicBool,
@@ -81,7 +81,7 @@ impl ConnClock {
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
             write_stalled: AtomicU64::new(0),
-            settled: AtomicU64::new(0),
+            flushed_idle: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             close_requested: AtomicBool::new(false),
             head_timeout,
@@ -191,7 +191,7 @@ impl ConnClock {
     /// A flush to the client completed (HTTP/1.1).
     pub(super) fn note_flushed(&self) {
         if self.in_flight.load(Ordering::Acquire) == 0 {
-            self.settled
+            self.flushed_idle
                 .store(self.served.load(Ordering::Acquire) + 1, Ordering::Release);
         }
     }
@@ -204,7 +204,7 @@ impl ConnClock {
         served > 0
             && self.in_flight.load(Ordering::Acquire) == 0
             && self.head_started.load(Ordering::Acquire) == 0
-            && self.settled.load(Ordering::Acquire) == served + 1
+            && self.flushed_idle.load(Ordering::Acquire) == served + 1
             && now.saturating_duration_since(
                 self.accepted + Duration::from_millis(self.idle_since.load(Ordering::Acquire)),
             ) >= after

@@ -8,7 +8,7 @@
 //! - `Content-Length` repeated with one value: it keeps a single field (RFC 9110 §8.6 lets a
 //!   recipient fold them, or reject).
 //!
-//! The connection's stream (`conn::Activity`) passes every byte hyper reads through a [`Guard`]
+//! The connection's stream (`conn::WatchedStream`) passes every byte hyper reads through a [`Guard`]
 //! as well. The guard finds each
 //! request head with the parser hyper uses (httparse, same configuration and field limit), notes
 //! whether that head carried either ambiguity, and steps over its body exactly as hyper will

@@ -1,4 +1,4 @@
-//! A connection's byte stream as hyper sees it ([`Activity`]): it tells the connection's clock
+//! A connection's byte stream as hyper sees it ([`WatchedStream`]): it tells the connection's clock
 //! when bytes arrive and when writes stall, feeds every byte read on HTTP/1.1 to the framing
 //! guard, replaces hyper's automatic answers to refused heads with ours and lingers at close
 //! ([`Http1`]). It knows the proxy only through [`RefusedHead`].
@@ -42,7 +42,7 @@ pub(crate) struct Http1 {
     /// Answers a refused head (the proxy's JSON error, counted and logged).
     refused: Box<dyn RefusedHead>,
     /// Requests begun (`ConnClock::served`) at the last completed flush with none in flight.
-    settled_at: Option<u64>,
+    idle_flush_at: Option<u64>,
     /// The replacement while it is written: its bytes and how many went out.
     replacement: Option<(Vec<u8>, usize)>,
     /// The client closed its side: nothing to linger for.
@@ -61,7 +61,7 @@ impl Http1 {
     pub(crate) fn new(refused: Box<dyn RefusedHead>) -> Box<Self> {
         Box::new(Self {
             refused,
-            settled_at: Some(0),
+            idle_flush_at: Some(0),
             replacement: None,
             read_eof: false,
             linger: None,
@@ -102,7 +102,7 @@ pin_project_lite::pin_project! {
     /// A connection's stream as hyper sees it: tells the clock when bytes arrive and when
     /// writes stall, and on HTTP/1.1 feeds every byte read to the framing guard too and
     /// replaces hyper's automatic answers to refused heads and lingers at close ([`Http1`]).
-    pub(crate) struct Activity<S> {
+    pub(crate) struct WatchedStream<S> {
         #[pin]
         inner: S,
         clock: Arc<ConnClock>,
@@ -114,7 +114,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<S> Activity<S> {
+impl<S> WatchedStream<S> {
     pub(crate) fn new(
         inner: S,
         clock: Arc<ConnClock>,
@@ -136,7 +136,7 @@ impl<S> Activity<S> {
     }
 }
 
-impl<S: AsyncRead> AsyncRead for Activity<S> {
+impl<S: AsyncRead> AsyncRead for WatchedStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -164,7 +164,7 @@ impl<S: AsyncRead> AsyncRead for Activity<S> {
     }
 }
 
-impl<S> Activity<S> {
+impl<S> WatchedStream<S> {
     fn note_write(clock: &ConnClock, r: &Poll<std::io::Result<usize>>) {
         match r {
             Poll::Pending => clock.note_write_pending(),
@@ -180,7 +180,7 @@ impl<S> Activity<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite> Activity<S> {
+impl<S: AsyncRead + AsyncWrite> WatchedStream<S> {
     /// Writes the replacement of hyper's automatic answer when `out` (everything hyper is
     /// writing now, `len` bytes) is one; `None` to write `out` as it is. Once replaced, the
     /// connection ends: anything hyper might still write is dropped.
@@ -194,7 +194,7 @@ impl<S: AsyncRead + AsyncWrite> Activity<S> {
         let r = this.http1.as_deref_mut()?;
         if r.replacement.is_none() {
             let clock = &this.clock;
-            if r.settled_at != Some(clock.served()) || clock.in_flight() > 0 {
+            if r.idle_flush_at != Some(clock.served()) || clock.in_flight() > 0 {
                 return None;
             }
             let out = out()?;
@@ -219,7 +219,7 @@ impl<S: AsyncRead + AsyncWrite> Activity<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite> AsyncWrite for Activity<S> {
+impl<S: AsyncRead + AsyncWrite> AsyncWrite for WatchedStream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -243,7 +243,7 @@ impl<S: AsyncRead + AsyncWrite> AsyncWrite for Activity<S> {
         Self::note_flush(this.clock, &r);
         if let (Some(h1), Poll::Ready(Ok(()))) = (this.http1.as_deref_mut(), &r) {
             let clock = &this.clock;
-            h1.settled_at = (clock.in_flight() == 0).then(|| clock.served());
+            h1.idle_flush_at = (clock.in_flight() == 0).then(|| clock.served());
             clock.note_flushed();
         }
         r

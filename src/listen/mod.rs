@@ -14,7 +14,7 @@
 //! is back. The server bounds that wait by `limits.drain_timeout`.
 
 mod conn;
-mod drive;
+mod driver;
 mod guard;
 mod io;
 mod serve;
@@ -274,7 +274,7 @@ impl Listener {
         let head_deadline = accepted + self.limits.request_head_timeout;
         let Some(tls) = self.tls.as_ref().filter(|_| tls) else {
             let info = ConnInfo::new(peer, false);
-            return Self::serve(self.site(), io, false, info, None, clock, shutdown).await;
+            return Self::serve(self.context(), io, false, info, None, clock, shutdown).await;
         };
         // The generation goes with the connection: a later one means the trust may have
         // changed since its client chain was verified (`tls::trust`).
@@ -351,7 +351,7 @@ impl Listener {
             info.identity = Some(id);
         }
         Some(Self::serve(
-            self.site(),
+            self.context(),
             stream,
             h2,
             info,

@@ -1,12 +1,12 @@
 //! Serving one accepted (and, with TLS, decrypted) connection to its end: hyper's HTTP/1.1 or
-//! HTTP/2 server over the connection's byte stream ([`Activity`]), with the framing guard on
+//! HTTP/2 server over the connection's byte stream ([`WatchedStream`]), with the framing guard on
 //! HTTP/1.1, and the service that hands every request to the listener's [`Proxy`]. Used by the
 //! accept loops in `mod.rs` and, without a bound socket, by [`serve_stream`].
 
 use super::conn::ConnClock;
-use super::drive::{Drive, Parking};
+use super::driver::{ConnectionDriver, Parking};
 use super::guard;
-use super::io::{Activity, Http1, RefusedHead};
+use super::io::{Http1, RefusedHead, WatchedStream};
 use super::service::Service;
 use super::Listener;
 use crate::config::Limits;
@@ -36,8 +36,8 @@ impl RefusedHead for ProxyAnswers {
 }
 
 impl Listener {
-    pub(super) fn site(&self) -> Site<'_> {
-        Site {
+    pub(super) fn context(&self) -> ListenerContext<'_> {
+        ListenerContext {
             proxy: self.proxy.clone(),
             limits: &self.limits,
             parked: self.parked.clone(),
@@ -49,7 +49,7 @@ impl Listener {
     /// built without keeping a second copy of the stream or the hyper connection (an async fn
     /// keeps its arguments for its whole life), so an idle connection's task holds a pointer.
     pub(super) fn serve<S>(
-        site: Site<'_>,
+        context: ListenerContext<'_>,
         io: S,
         h2: bool,
         info: ConnInfo,
@@ -60,11 +60,11 @@ impl Listener {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Site {
+        let ListenerContext {
             proxy,
             limits,
             parked,
-        } = site;
+        } = context;
         // HTTP/1.1 only: HTTP/2 frames its messages itself.
         let framing = (!h2).then(|| guard::Guard::new(limits.header_bytes));
         let info = Arc::new(info);
@@ -81,14 +81,19 @@ impl Listener {
             framing: framing.clone(),
             live,
         };
-        let io = TokioIo::new(Activity::new(io, clock.clone(), framing.clone(), http1));
+        let io = TokioIo::new(WatchedStream::new(
+            io,
+            clock.clone(),
+            framing.clone(),
+            http1,
+        ));
         if h2 {
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_header_list_size(u32::try_from(limits.header_bytes).unwrap_or(u32::MAX))
                 .max_concurrent_streams(256)
                 .serve_connection(io, svc);
-            Box::pin(Drive::new(conn, clock, shutdown))
+            Box::pin(ConnectionDriver::new(conn, clock, shutdown))
         } else {
             // max_buf_size alone is not a limit on the head: a head that arrives in one large
             // read is parsed whole. max_header_size is exact (431 above it).
@@ -102,7 +107,7 @@ impl Listener {
                 // stack (see there).
                 .keep_alive(true);
             let conn = Parking::new(builder, io, svc, framing, parked);
-            Box::pin(Drive::new(conn, clock, shutdown))
+            Box::pin(ConnectionDriver::new(conn, clock, shutdown))
         }
     }
 }
@@ -123,17 +128,17 @@ where
     );
     // Kept alive until the connection ends: a dropped sender would read as a drain.
     let (_never, shutdown) = watch::channel(false);
-    let site = Site {
+    let context = ListenerContext {
         proxy,
         limits,
         // Parked connections are counted per listener; this one belongs to none.
         parked: Gauge::default(),
     };
-    Listener::serve(site, io, h2, info, None, clock, shutdown).await;
+    Listener::serve(context, io, h2, info, None, clock, shutdown).await;
 }
 
 /// What serving a connection takes from its listener.
-pub(super) struct Site<'a> {
+pub(super) struct ListenerContext<'a> {
     pub(super) proxy: Arc<Proxy>,
     pub(super) limits: &'a Limits,
     /// The listener's parked HTTP/1.1 connections (see `drive`).

@@ -67,7 +67,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
     type Future = ServiceFuture;
 
     fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> ServiceFuture {
-        crate::trim::note_request();
+        crate::memory_release::note_request();
         if let Some(g) = &self.framing {
             if let Err(why) = g.take(req.method()) {
                 req.extensions_mut()

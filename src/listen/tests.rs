@@ -2,7 +2,7 @@
 //! accepted by the loop, are taken and answered, not closed with the socket. Real sockets on
 //! 127.0.0.1:0 in front of a real HTTP/1.1 upstream on a unix socket in a temp dir.
 
-use super::drive::tests::upstream;
+use super::driver::tests::upstream;
 use super::{bind, Listener};
 use crate::balance::health::HealthOptions;
 use crate::config::{Limits, ListenAddr, ListenerConfig, UpstreamAddr, UpstreamConfig};

@@ -10,7 +10,7 @@ mod admit;
 pub(crate) mod body;
 pub(crate) mod egress;
 mod error;
-pub(crate) mod find;
+pub(crate) mod find_newest;
 pub(crate) mod h1;
 pub mod headers;
 pub mod jsonrpc;

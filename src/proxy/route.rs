@@ -18,7 +18,7 @@
 //! route of a listener that has one gets 403; a method the route does not allow gets 405 with
 //! `Allow` (RFC 9110 §15.5.6).
 
-use super::find::Finder;
+use super::find_newest::Finder;
 use super::pool::Pool;
 use super::ProxyError;
 use crate::config::{PathPattern, TlsMode};

@@ -280,7 +280,7 @@ class NetworkingE2E(base.E2E):
         )
         updates = {i for (i, m, s), _ in by.items() if m == "update_port" and s == 200}
         # The proxy labels the conductor's and the networking service's methods
-        # (src/proxy/jsonrpc.rs KNOWN), reset_port among them.
+        # (src/proxy/jsonrpc/mod.rs KNOWN), reset_port among them.
         resets = sum(n for (i, m, s), n in by.items() if m == "reset_port")
         with open(self.net_log, errors="replace") as f:
             noop = f.read().count("NoOp: Update port")

@@ -86,7 +86,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                 return Poll::Ready(Ok(()));
             }
             let before = buf.filled().len();
-            let step = if this.quiet() {
+            let step = if this.has_nothing_to_process() {
                 Step::NeedRead
             } else {
                 this.step(cx, Some(buf), None)?
@@ -105,7 +105,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                         this.socket_ended();
                         continue;
                     }
-                    match this.step_on(records.filled_mut(), cx, Some(buf))? {
+                    match this.step_borrowed(records.filled_mut(), cx, Some(buf))? {
                         Step::Again if buf.filled().len() > before => return Poll::Ready(Ok(())),
                         Step::WriteBlocked => return Poll::Pending,
                         _ => {}

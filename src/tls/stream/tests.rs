@@ -293,7 +293,7 @@ async fn a_keep_alive_exchange_asks_rustls_once_each_way() {
     // A keep-alive connection as hyper drives it: read a request, look for the next one
     // (none yet), write the answer, look again. rustls decrypts the request and encrypts
     // the answer; the looks in between go to the socket without asking it (five calls
-    // into rustls per exchange before `quiet`).
+    // into rustls per exchange before `has_nothing_to_process`).
     let (mut server, mut client) = pair(64 * 1024).await;
     keep_alive_exchange(&mut server, &mut client).await;
     let before = server.calls;
@@ -305,7 +305,7 @@ async fn a_keep_alive_exchange_asks_rustls_once_each_way() {
         40,
         "calls into rustls for 20 exchanges"
     );
-    // A key update from the client while the stream is quiet: the request after it is
+    // A key update from the client while the stream has nothing to process: the request after it is
     // read under the new key, and the answer (after rustls' own key update, which it
     // sends ahead of it) is read by the client.
     for _ in 0..3 {

@@ -295,8 +295,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerStream<S> {
             }
         }
         if !this.close_queued && this.failed.is_none() {
-            // rustls' state changes here, outside `step_in`.
-            this.settled = false;
+            // rustls' state changes here, outside `process_records`.
+            this.last_step_ready = false;
             let Self {
                 conn,
                 incoming,

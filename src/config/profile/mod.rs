@@ -39,8 +39,8 @@ struct Profile {
     sidecar: bool,
 }
 
-const SIDECAR: &str = include_str!("../../config/profiles/sidecar.toml");
-const BALANCER: &str = include_str!("../../config/profiles/balancer.toml");
+const SIDECAR: &str = include_str!("../../../config/profiles/sidecar.toml");
+const BALANCER: &str = include_str!("../../../config/profiles/balancer.toml");
 
 const PROFILES: &[Profile] = &[
     Profile {

@@ -5,7 +5,7 @@
 use super::PARK_AFTER;
 use crate::config::{Limits, UpstreamAddr};
 use crate::listen::conn::ConnClock;
-use crate::listen::serve::Site;
+use crate::listen::serve::ListenerContext;
 use crate::listen::Listener;
 use crate::metrics::Metrics;
 use crate::proxy::pool::{Pool, PoolOptions};
@@ -64,13 +64,13 @@ fn connect_as(
         limits.idle_timeout,
     );
     let (tx, shutdown) = watch::channel(false);
-    let site = Site {
+    let context = ListenerContext {
         proxy,
         limits,
         parked: parked.clone(),
     };
     let conn = Listener::serve(
-        site,
+        context,
         server,
         h2,
         ConnInfo::new(None, false),

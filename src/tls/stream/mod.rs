@@ -92,8 +92,8 @@ pub struct ServerStream<S> {
     /// shutdown.
     failed: Option<rustls::Error>,
     /// rustls' last state was `ReadTraffic` (all of it taken) or `WriteTraffic`: asked again
-    /// with no new bytes, it would say `WriteTraffic` (see [`ServerStream::quiet`]).
-    settled: bool,
+    /// with no new bytes, it would say `WriteTraffic` (see [`ServerStream::has_nothing_to_process`]).
+    last_step_ready: bool,
     /// Calls into rustls, for the test that counts them per keep-alive request.
     #[cfg(test)]
     calls: usize,
@@ -131,7 +131,7 @@ where
         truncated: false,
         close_queued: false,
         failed: None,
-        settled: false,
+        last_step_ready: false,
         #[cfg(test)]
         calls: 0,
     };
@@ -156,8 +156,8 @@ impl<S> ServerStream<S> {
     /// (`outgoing` empty). rustls' loop (`process_tls_records`) would then find no plaintext,
     /// nothing to encode or transmit, no record and no close_notify edge, and answer
     /// `WriteTraffic`: that was three of a keep-alive request's five calls into rustls.
-    fn quiet(&self) -> bool {
-        self.settled
+    fn has_nothing_to_process(&self) -> bool {
+        self.last_step_ready
             && self.failed.is_none()
             && self.incoming.is_empty()
             && self.outgoing.is_empty()
@@ -184,8 +184,8 @@ impl<S> ServerStream<S> {
             "ciphertext held past its bound"
         );
         debug_assert!(
-            !self.settled || self.failed.is_none(),
-            "a failed session is never settled"
+            !self.last_step_ready || self.failed.is_none(),
+            "a failed session is never last_step_ready"
         );
     }
 
@@ -267,7 +267,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
     ) -> io::Result<Step> {
         let was_failed = self.failed.is_some();
         let mut incoming = std::mem::take(&mut self.incoming);
-        let (discard, step) = self.step_in(&mut incoming, cx, read, write);
+        let (discard, step) = self.process_records(&mut incoming, cx, read, write);
         self.incoming = incoming;
         let step = finish(&mut self.incoming, discard, step);
         self.alert_if_failed(was_failed, cx);
@@ -284,7 +284,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
     /// [`Self::step`] on records read into a buffer of the caller's (the stack) while
     /// `incoming` was empty: what rustls does not consume (part of a record) goes to
     /// `incoming`.
-    fn step_on(
+    fn step_borrowed(
         &mut self,
         records: &mut [u8],
         cx: &mut Context<'_>,
@@ -292,7 +292,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
     ) -> io::Result<Step> {
         debug_assert!(self.incoming.is_empty());
         let was_failed = self.failed.is_some();
-        let (discard, step) = self.step_in(records, cx, read, None);
+        let (discard, step) = self.process_records(records, cx, read, None);
         self.incoming
             .extend_from_slice(&records[discard.min(records.len())..]);
         self.alert_if_failed(was_failed, cx);
@@ -301,7 +301,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
 
     /// The work of [`Self::step`] on `records`: how many of their bytes rustls is done with
     /// (the caller discards them, error or not), and the step.
-    fn step_in(
+    fn process_records(
         &mut self,
         records: &mut [u8],
         cx: &mut Context<'_>,
@@ -320,10 +320,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
             sent,
             read_closed,
             failed,
-            settled,
+            last_step_ready,
             ..
         } = self;
-        *settled = false;
+        *last_step_ready = false;
         if let Some(e) = failed {
             // rustls must not see the records again (it would fail on them twice).
             return (0, Err(invalid(e.clone())));
@@ -337,8 +337,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ServerStream<S> {
                 return (discard, Err(invalid(e)));
             }
         };
-        // Plaintext (all of it taken below, or the stream fails) or room to write: see `quiet`.
-        *settled = matches!(
+        // Plaintext (all of it taken below, or the stream fails) or room to write: see `has_nothing_to_process`.
+        *last_step_ready = matches!(
             state,
             ConnectionState::ReadTraffic(_) | ConnectionState::WriteTraffic(_)
         );

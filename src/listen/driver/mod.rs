@@ -23,7 +23,7 @@
 
 use super::conn::ConnClock;
 use super::guard::Guard;
-use super::io::Activity;
+use super::io::WatchedStream;
 use super::service::Service;
 use bytes::Bytes;
 use hyper::server::conn::{http1, http2};
@@ -49,14 +49,14 @@ use tokio::time::Instant;
 pub(super) const PARK_AFTER: Duration = Duration::from_millis(100);
 
 /// A hyper connection as the driver runs it.
-pub(super) trait Served {
+pub(super) trait HyperConnection {
     /// Serves until the connection ends.
     fn poll_serve(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()>;
 
     /// The server drains: end after the response in progress, if any.
     fn graceful(self: Pin<&mut Self>);
 
-    /// Whether the connection would park if it were idle (see [`Served::park`]).
+    /// Whether the connection would park if it were idle (see [`HyperConnection::park`]).
     fn can_park(&self) -> bool {
         false
     }
@@ -70,7 +70,7 @@ pub(super) trait Served {
     }
 }
 
-impl<I, S, E> Served for http2::Connection<I, S, E>
+impl<I, S, E> HyperConnection for http2::Connection<I, S, E>
 where
     Self: Future,
     S: hyper::service::HttpService<
@@ -89,7 +89,7 @@ where
     }
 }
 
-type Io<S> = TokioIo<Activity<S>>;
+type Io<S> = TokioIo<WatchedStream<S>>;
 type Conn<S> = http1::Connection<Io<S>, Service>;
 
 /// An HTTP/1.1 connection that parks when idle (see the module's documentation).
@@ -191,7 +191,7 @@ where
     }
 }
 
-impl<S> Served for Parking<S>
+impl<S> HyperConnection for Parking<S>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -302,7 +302,7 @@ pin_project_lite::pin_project! {
     /// drain, and parking it when idle. One timer per connection, re-armed only when it fires
     /// (see `conn` for why that is never late); an HTTP/1.1 connection that could park is
     /// checked at least every [`PARK_AFTER`].
-    pub(super) struct Drive<C> {
+    pub(super) struct ConnectionDriver<C> {
         #[pin]
         conn: C,
         #[pin]
@@ -313,7 +313,7 @@ pin_project_lite::pin_project! {
         fresh: bool,
         // Resolves when the server starts draining; `None` once the connection was told.
         drain: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-        // The same watch, to look at before polling `drain` (see `Drive::poll`).
+        // The same watch, to look at before polling `drain` (see `ConnectionDriver::poll`).
         shutdown: watch::Receiver<bool>,
         // `drain` has been polled once, so its waker is registered with the watch.
         drain_armed: bool,
@@ -324,7 +324,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<C: Served> Drive<C> {
+impl<C: HyperConnection> ConnectionDriver<C> {
     pub(super) fn new(conn: C, clock: Arc<ConnClock>, shutdown: watch::Receiver<bool>) -> Self {
         let now = Instant::now();
         let mut first = clock.next_check(now);
@@ -350,7 +350,7 @@ impl<C: Served> Drive<C> {
     }
 }
 
-impl<C: Served> Future for Drive<C> {
+impl<C: HyperConnection> Future for ConnectionDriver<C> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
