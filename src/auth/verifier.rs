@@ -3,16 +3,17 @@
 //! connections leaves over.
 //!
 //! Why not tokio's blocking pool: its threads run at the workers' priority, so on a machine with
-//! few cores the scheduler shares the CPU fairly between a worker that has a request to answer
-//! and a thread in the middle of a bcrypt verification (milliseconds of CPU each), and the
-//! request waits for time slices. Here each thread lowers its own nice value to [`NICE`] when
-//! it starts (Linux: `setpriority(PRIO_PROCESS, tid)` applies to the calling thread only, see setpriority(2), "BUGS") and moves itself to the
-//! `SCHED_IDLE` policy, so that a worker that wakes up preempts it at once: Linux's EEVDF
-//! scheduler (6.6 and later) lets a running nice-19 thread of the normal policy finish its slice
-//! first, so a waiting request would sit behind a whole slice of bcrypt, while it always preempts
-//! a `SCHED_IDLE` one for a woken normal thread (`check_preempt_wakeup_fair`). The threads are
-//! started on the first verification; there are as many as verifications may run at once
-//! ([`super::Limiter`] bounds them and their queue), so a job never waits here for a thread.
+//! few cores the scheduler shares the CPU fairly between a worker that has a request to answer and
+//! a thread in the middle of a bcrypt verification (milliseconds of CPU each), and the request
+//! waits for time slices. Here each thread lowers its own nice value to [`NICE`] when it starts
+//! (Linux: `setpriority(PRIO_PROCESS, tid)` applies to the calling thread only, see setpriority(2),
+//! "BUGS") and moves itself to the `SCHED_IDLE` policy, so that a worker that wakes up preempts it
+//! at once: Linux's EEVDF scheduler (6.6 and later) lets a running nice-19 thread of the normal
+//! policy finish its slice first, so a waiting request would sit behind a whole slice of bcrypt,
+//! while it always preempts a `SCHED_IDLE` one for a woken normal thread
+//! (`check_preempt_wakeup_fair`). The threads are started on the first verification; there are as
+//! many as verifications may run at once ([`super::Limiter`] bounds them and their queue), so a job
+//! never waits here for a thread.
 //!
 //! The cost: when every CPU is busy with other work at normal priority, a first verification
 //! waits for it (a client that already authenticated finds its credential in the cache, see
