@@ -727,12 +727,12 @@ fn slow_upstream_gives_504_and_the_proxy_keeps_serving() {
     let mut c2 = HttpConn::tls(proxy.addr("api"), cfg).unwrap();
     assert_eq!(c2.get("/fast2").unwrap().status, 200);
 
-    // The connection's requests share one timer, reset for each (src/proxy/timer.rs): a slow
-    // answer inside the timeout is relayed, after a deadline that fired and after one that
-    // passed while the connection was idle; the next stall gets its full second again.
+    // Each request's upstream deadline starts with that request: a slow answer inside the
+    // timeout is relayed after a deadline that fired and after one that passed while the
+    // connection was idle; the next stall gets its full second again.
     let r = c.get("/slow?delay_ms=500").unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
-    // Exercised: the connection idles past the timer's last deadline.
+    // Exercised: the connection idles past the previous request's deadline.
     std::thread::sleep(Duration::from_millis(1500));
     let r = c.get("/slow?delay_ms=600").unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
