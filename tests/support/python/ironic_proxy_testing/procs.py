@@ -1,0 +1,51 @@
+"""Running commands and stopping the processes a harness started, by PID only (never by name)."""
+
+import subprocess
+import time
+
+
+class Failure(Exception):
+    """A step of a harness failed; the message says which and why."""
+
+
+def run(argv, what, timeout=120, env=None, cwd=None):
+    """Runs argv to completion with its output captured; Failure naming `what`, the command and
+    the end of its output when it fails or outlives `timeout` seconds."""
+    argv = [str(a) for a in argv]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+                           cwd=cwd)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise Failure(f"{what}: timed out after {timeout} s: {' '.join(argv)}") from None
+    if p.returncode != 0:
+        out = (p.stderr.strip() or p.stdout.strip())[-2000:]
+        raise Failure(f"{what} failed (exit {p.returncode}): {' '.join(argv)}\n{out}")
+    return p
+
+
+def stop(p, timeout=10):
+    """SIGTERM to the process we started (a Popen), SIGKILL when it outlives `timeout` seconds;
+    returns its exit status. A process that has already exited is only reaped."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+    return p.returncode
+
+
+def stop_all(procs, timeout=10):
+    """`stop` for each, newest first: SIGTERM to all, then one shared deadline, then SIGKILL."""
+    procs = [p for p in reversed(list(procs)) if p is not None]
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
