@@ -49,3 +49,20 @@ def stop_all(procs, timeout=10):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(timeout=10)
+
+
+def wait_for(what, fn, timeout, interval=0.2):
+    """Calls fn until it returns a truthy value, which is returned; Failure after timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            value = fn()
+            if value:
+                return value
+        except Exception as e:  # noqa: BLE001 - reported below if it persists
+            last = e
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last!r})" if last else ""
+            raise Failure(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        time.sleep(interval)
