@@ -1,5 +1,7 @@
 """Running commands and stopping the processes a harness started, by PID only (never by name)."""
 
+import os
+import signal
 import subprocess
 import time
 
@@ -66,3 +68,20 @@ def wait_for(what, fn, timeout, interval=0.2):
             detail = f" (last error: {last!r})" if last else ""
             raise Failure(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
         time.sleep(interval)
+
+
+def stop_tree(p, sig=signal.SIGTERM, timeout=10):
+    """Sends sig to the process we started (a Popen) and waits `timeout` seconds; then SIGKILL
+    to it and every descendant it left (a master's workers), by PID, youngest first."""
+    from .cpu import tree
+
+    p.send_signal(sig)
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in reversed(tree(p.pid)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        p.wait()
