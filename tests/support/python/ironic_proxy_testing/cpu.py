@@ -68,3 +68,16 @@ def memory_kib(pids):
         except OSError:
             continue
     return rss, pss
+
+
+def peak_rss_kib(pids):
+    """Sum over pids of VmHWM (each process's peak resident set since it started), in KiB."""
+    total = 0
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
