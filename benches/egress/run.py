@@ -25,19 +25,12 @@ import time
 
 import requests
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tests", "support", "python"))
-from ironic_proxy_testing import pki  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stress import ANSWER, CALL  # noqa: E402 - the same call and answer as the renewal race
+
+from ironic_proxy_testing import pki  # noqa: E402 - on sys.path through stress
 from ironic_proxy_testing.cpu import cpu_seconds  # noqa: E402
 from ironic_proxy_testing.ports import free_port  # noqa: E402
-
-CALL = {
-    "jsonrpc": "2.0",
-    "method": "get_node_with_token",
-    "params": {"node_id": "4b2c8ae4-9c48-4e55-8f5a-2f4b1c3b5d71", "context": {"user": None}},
-    "id": "req-1",
-}
-ANSWER = b'{"jsonrpc": "2.0", "result": {"uuid": "4b2c8ae4"}, "id": "req-1"}'
 
 
 def upstream(path):

@@ -78,6 +78,7 @@ from http.server import BaseHTTPRequestHandler
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support", "python"))
 from ironic_proxy_testing import pki  # noqa: E402
+
 USER, PASSWORD = "ironic-rpc", base64.urlsafe_b64encode(os.urandom(12)).decode()
 CALL = {
     "jsonrpc": "2.0",
