@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from stress import ROOT, Sidecar  # noqa: E402 - the sidecar harness of the renewal race
 
-from ironic_proxy_testing import pki  # noqa: E402 - on sys.path through stress
+from ironic_proxy_testing import pki, procs  # noqa: E402 - on sys.path through stress
 
 import requests  # noqa: E402
 
@@ -170,8 +170,7 @@ def main():
     finally:
         if sidecar is not None:
             sidecar.stop()
-        server.terminate()
-        server.wait(timeout=10)
+        procs.stop(server)
 
 
 if __name__ == "__main__":

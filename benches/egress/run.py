@@ -31,6 +31,7 @@ from stress import ANSWER, CALL  # noqa: E402 - the same call and answer as the 
 from ironic_proxy_testing import pki  # noqa: E402 - on sys.path through stress
 from ironic_proxy_testing.cpu import cpu_seconds  # noqa: E402
 from ironic_proxy_testing.ports import free_port  # noqa: E402
+from ironic_proxy_testing.procs import stop_all  # noqa: E402
 
 
 def upstream(path):
@@ -162,9 +163,7 @@ def main():
             }
         print(json.dumps(out, indent=2))
     finally:
-        for p in (egress, peer):
-            p.terminate()
-            p.wait(timeout=10)
+        stop_all([peer, egress])
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ from http.server import BaseHTTPRequestHandler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support", "python"))
-from ironic_proxy_testing import pki  # noqa: E402
+from ironic_proxy_testing import pki, procs  # noqa: E402
 
 USER, PASSWORD = "ironic-rpc", base64.urlsafe_b64encode(os.urandom(12)).decode()
 CALL = {
@@ -280,12 +280,7 @@ class Sidecar:
         return open(self.log).read()[-600:]
 
     def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+        procs.stop(self.p)
 
 
 def identity(d, args, export=None):
