@@ -35,6 +35,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from stress import ROOT, Sidecar  # noqa: E402 - the sidecar harness of the renewal race
 
+from ironic_proxy_testing import pki, procs  # noqa: E402 - on sys.path through stress
+
 import requests  # noqa: E402
 
 SERVER = r"""
@@ -107,8 +109,7 @@ def main():
     args = ap.parse_args()
     binary = os.path.abspath(args.proxy_bin)
     d = tempfile.mkdtemp(prefix="egress-relay-cost-")
-    subprocess.run([binary, "ca", "init", "--out", f"{d}/ca", "--permit-ip", "127.0.0.0/8"],
-                   check=True, capture_output=True)  # fmt: skip
+    pki.ca_init(binary, f"{d}/ca", permit_ip=["127.0.0.0/8"])
     with open(f"{d}/egress.credentials", "w") as f:
         f.write("ironic:relay-cost\n")
     server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
@@ -169,8 +170,7 @@ def main():
     finally:
         if sidecar is not None:
             sidecar.stop()
-        server.terminate()
-        server.wait(timeout=10)
+        procs.stop(server)
 
 
 if __name__ == "__main__":

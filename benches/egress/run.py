@@ -25,20 +25,13 @@ import time
 
 import requests
 
-CALL = {
-    "jsonrpc": "2.0",
-    "method": "get_node_with_token",
-    "params": {"node_id": "4b2c8ae4-9c48-4e55-8f5a-2f4b1c3b5d71", "context": {"user": None}},
-    "id": "req-1",
-}
-ANSWER = b'{"jsonrpc": "2.0", "result": {"uuid": "4b2c8ae4"}, "id": "req-1"}'
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stress import ANSWER, CALL  # noqa: E402 - the same call and answer as the renewal race
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ironic_proxy_testing import pki  # noqa: E402 - on sys.path through stress
+from ironic_proxy_testing.cpu import cpu_seconds  # noqa: E402
+from ironic_proxy_testing.ports import free_port  # noqa: E402
+from ironic_proxy_testing.procs import stop_all  # noqa: E402
 
 
 def upstream(path):
@@ -77,12 +70,6 @@ def upstream(path):
     threading.Thread(target=accept, daemon=True).start()
 
 
-def cpu_of(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
 def start(binary, config, log):
     p = subprocess.Popen(
         [binary, "run", "--config", config],
@@ -104,7 +91,7 @@ def wait_ready(admin):
 
 
 def measure(calls, session_per_call, post, pids):
-    before = [cpu_of(p) for p in pids]
+    before = [cpu_seconds(p) for p in pids]
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     s = requests.Session()
@@ -118,7 +105,7 @@ def measure(calls, session_per_call, post, pids):
     s.close()
     wall = time.monotonic() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
-    after = [cpu_of(p) for p in pids]
+    after = [cpu_seconds(p) for p in pids]
     client = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     per = lambda x: x / calls * 1e6  # noqa: E731
     return {
@@ -135,8 +122,7 @@ def main():
     args = ap.parse_args()
     d = tempfile.mkdtemp(prefix="egress-cost-")
     b = os.path.abspath(args.proxy_bin)
-    subprocess.run([b, "ca", "init", "--out", f"{d}/ca", "--permit-ip", "127.0.0.0/8"],
-                   check=True, capture_output=True)  # fmt: skip
+    pki.ca_init(b, f"{d}/ca", permit_ip=["127.0.0.0/8"])
     upstream(f"{d}/rpc.sock")
     peer_port, peer_admin, eg_port, eg_admin = (free_port() for _ in range(4))
     ident = (f'[identity]\ntrust = "{d}/ca/ca.crt"\nissuer_cert = "{d}/ca/ca.crt"\n'
@@ -177,9 +163,7 @@ def main():
             }
         print(json.dumps(out, indent=2))
     finally:
-        for p in (egress, peer):
-            p.terminate()
-            p.wait(timeout=10)
+        stop_all([peer, egress])
 
 
 if __name__ == "__main__":

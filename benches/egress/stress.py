@@ -76,6 +76,9 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support", "python"))
+from ironic_proxy_testing import pki, procs  # noqa: E402
+
 USER, PASSWORD = "ironic-rpc", base64.urlsafe_b64encode(os.urandom(12)).decode()
 CALL = {
     "jsonrpc": "2.0",
@@ -277,12 +280,7 @@ class Sidecar:
         return open(self.log).read()[-600:]
 
     def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+        procs.stop(self.p)
 
 
 def identity(d, args, export=None):
@@ -367,8 +365,7 @@ def main():
     if not os.access(binary, os.X_OK):
         sys.exit(f"egress-stress: no binary at {binary}: cargo build, or --proxy-bin")
     d = tempfile.mkdtemp(prefix="egress-stress-")
-    subprocess.run([binary, "ca", "init", "--out", f"{d}/ca", "--permit-ip", "127.0.0.0/8"],
-                   check=True, capture_output=True)  # fmt: skip
+    pki.ca_init(binary, f"{d}/ca", permit_ip=["127.0.0.0/8"])
     backend = Backend(f"{d}/rpc.sock")
     threading.Thread(target=backend.serve_forever, daemon=True).start()
     with open(f"{d}/egress.credentials", "w") as f:

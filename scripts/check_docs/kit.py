@@ -10,6 +10,10 @@ import tomllib
 
 import yaml
 
+SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support")
+sys.path.insert(0, os.path.join(SUPPORT, "python"))
+from ironic_proxy_testing import pki  # noqa: E402
+
 from .common import (BIN, PROFILES, ROOT, VARIANTS, count, fail, kit_docs, pod_specs,
                      profile_vars, prose_lines, read, rust_profile_vars, source_text,
                      upstream_auth_files, upstream_tree, walk)
@@ -246,7 +250,7 @@ def check_ports():
     if missing:
         fail("config/k8s", f"no kit container runs the profile(s) {sorted(missing)}")
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([BIN, "ca", "init", "--out", f"{tmp}/ca"], check=True, capture_output=True)
+        pki.ca_init(BIN, f"{tmp}/ca")
         with open(f"{tmp}/credentials", "w") as f:
             f.write("ironic:0123456789abcdef\n")
         actual = {p: effective(p, env, tmp) for p, env in kit.items()}

@@ -36,7 +36,8 @@ import traceback
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness as h  # noqa: E402
+import harness as h  # noqa: E402 - puts tests/support/python on sys.path too
+from ironic_proxy_testing import pki  # noqa: E402
 import ipxe_tls  # noqa: E402
 import ipxe_tls_vm  # noqa: E402
 import vm  # noqa: E402
@@ -280,8 +281,7 @@ class Boot:
         if self.tls:
             ipxe_tls_vm.use_test_ca(self.ca_dir)
         else:
-            h.run([self.bin, "ca", "init", "--out", self.ca_dir, "--name", "boot-e2e CA",
-                   "--permit-ip", "127.0.0.0/8"], "ca init")  # fmt: skip
+            pki.ca_init(self.bin, self.ca_dir, name="boot-e2e CA", permit_ip=["127.0.0.0/8"])
         os.makedirs(self.images)
         with open(os.path.join(self.images, "ramdisk"), "wb") as f:
             f.write(b"\0" * 8192)
@@ -772,7 +772,7 @@ class Boot:
         repo = os.path.dirname(os.path.dirname(HERE))
         # A CA of its own: the test's CA permits 127.0.0.0/8 only, the kit names service DNS.
         ca_dir = os.path.join(self.root, "kit-ca")
-        h.run([self.bin, "ca", "init", "--out", ca_dir, "--name", "kit CA"], "ca init (kit)")
+        pki.ca_init(self.bin, ca_dir, name="kit CA", what="ca init (kit)")
         env = {
             **os.environ, "POD_NAME": "ironic-0", "POD_NAMESPACE": "metal3",
             "POD_IPS": "127.0.0.1", "IRONIC_PROXY_PEER_CIDRS": "127.0.0.0/8",

@@ -12,12 +12,18 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
+import sys
 import time
 import uuid
 
 import requests
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../support/python"))
+# The harnesses' h.Failure, h.run, h.wait_for and h.port_in_use are the shared package's.
+from ironic_proxy_testing import ports  # noqa: E402
+from ironic_proxy_testing.ports import port_in_use  # noqa: E402, F401
+from ironic_proxy_testing.procs import Failure, run, wait_for  # noqa: E402, F401
 
 IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 RPC_PORT = 8089  # Ironic's default [json_rpc]port; the sidecars listen on it on every instance
@@ -36,58 +42,9 @@ SIDECAR_VALIDITY_SECONDS = 12
 SIDECAR_RENEW_BEFORE = "6s"
 
 
-class Failure(Exception):
-    """A step of the test failed; the message says which and why."""
-
-
-def wait_for(what, fn, timeout, interval=0.2):
-    """Calls fn until it returns a truthy value, which is returned; Failure after timeout."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            value = fn()
-            if value:
-                return value
-        except Exception as e:  # noqa: BLE001 - reported below if it persists
-            last = e
-        if time.monotonic() > deadline:
-            detail = f" (last error: {last!r})" if last else ""
-            raise Failure(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
-        time.sleep(interval)
-
-
-def port_in_use(host, port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 def free_port(host="127.0.0.1"):
     """A port free for both TCP and UDP on host (dnsmasq serves both)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind((host, 0))
-            port = u.getsockname()[1]
-            if not port_in_use(host, port):
-                return port
-    raise Failure("no free port found on " + host)
-
-
-def run(argv, what, timeout=120, env=None):
-    """Runs a command to completion; Failure with its output if it fails."""
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise Failure(f"{what}: timed out after {timeout} s: {' '.join(argv)}") from None
-    if p.returncode != 0:
-        out = (p.stderr.strip() or p.stdout.strip())[-2000:]
-        raise Failure(f"{what} failed (exit {p.returncode}): {' '.join(argv)}\n{out}")
-    return p
+    return ports.free_port(host, udp=True)
 
 
 class Procs:

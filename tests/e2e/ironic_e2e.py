@@ -34,7 +34,8 @@ import traceback
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness as h  # noqa: E402
+import harness as h  # noqa: E402 - puts tests/support/python on sys.path too
+from ironic_proxy_testing import pki  # noqa: E402
 import container  # noqa: E402
 import egress_checks  # noqa: E402
 import operate_checks  # noqa: E402
@@ -492,22 +493,15 @@ class E2E:
 
             # The operator CA, constrained to loopback addresses; a foreign CA and a client
             # certificate from it that claims to be instance 127.0.0.2.
-            self.proxy(
-                "ca", "init", "--out", self.ca_dir, "--name", "ironic-e2e CA",
-                # metal3.svc: the profile sidecar also names itself <pod>.ironic.metal3.svc.
-                "--permit-ip", "127.0.0.0/8", "--permit-dns", "metal3.svc", what="ca init",
-            )  # fmt: skip
+            # metal3.svc: the profile sidecar also names itself <pod>.ironic.metal3.svc.
+            pki.ca_init(self.bin, self.ca_dir, name="ironic-e2e CA", permit_ip=["127.0.0.0/8"],
+                        permit_dns=["metal3.svc"])  # fmt: skip
             foreign = os.path.join(self.root, "foreign")
-            self.proxy(
-                "ca", "init", "--out", foreign, "--name", "foreign CA",
-                "--permit-ip", "127.0.0.0/8", what="foreign ca init",
-            )  # fmt: skip
+            pki.ca_init(self.bin, foreign, name="foreign CA", permit_ip=["127.0.0.0/8"],
+                        what="foreign ca init")  # fmt: skip
             self.foreign_client = os.path.join(self.root, "foreign-client")
-            self.proxy(
-                "cert", "issue", "--ca-cert", f"{foreign}/ca.crt", "--ca-key",
-                f"{foreign}/ca.key", "--ip", h.IPS[0], "--out", self.foreign_client,
-                "--validity", "1h", what="cert issue (foreign)",
-            )  # fmt: skip
+            pki.issue(self.bin, foreign, self.foreign_client, ips=[h.IPS[0]], validity="1h",
+                      what="cert issue (foreign)")  # fmt: skip
 
             self.db.start()
             dns_port = h.free_port()
