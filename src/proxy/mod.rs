@@ -11,7 +11,6 @@ pub(crate) mod body;
 pub(crate) mod egress;
 mod error;
 pub(crate) mod find_newest;
-pub(crate) mod h1;
 pub mod headers;
 pub mod jsonrpc;
 mod log;

@@ -3,8 +3,8 @@
 //! its endpoint's pool when the body has been read to its end.
 
 use super::connection::{BodyWriter, Connection, READ_SIZE};
-use super::h1::{self, BodyKind, Decoded};
 use super::idle::Idle;
+use crate::http1::{self, BodyKind, Decoded};
 use crate::proxy::body::BoxError;
 use http_body::{Body, Frame, SizeHint};
 use std::io;
@@ -32,20 +32,20 @@ pub struct UpstreamBody {
 enum Left {
     /// Bytes still to come of a known length; 0 once the body has ended.
     Length(u64),
-    Chunked(h1::Chunked),
+    Chunked(http1::Chunked),
     Close,
 }
 
 impl UpstreamBody {
     pub(super) fn new(
         conn: Box<Connection>,
-        framing: &h1::ResponseFraming,
+        framing: &http1::ResponseFraming,
         idle: Arc<Idle>,
     ) -> Self {
         let left = match framing.body {
             BodyKind::Empty => Left::Length(0),
             BodyKind::Length(n) => Left::Length(n),
-            BodyKind::Chunked => Left::Chunked(h1::Chunked::default()),
+            BodyKind::Chunked => Left::Chunked(http1::Chunked::default()),
             BodyKind::Close => Left::Close,
         };
         Self {
@@ -154,7 +154,7 @@ impl Body for UpstreamBody {
                         return Poll::Ready(None);
                     }
                     Ok(Decoded::More) => READ_SIZE,
-                    Err(e) => return this.fail(e),
+                    Err(e) => return this.fail(e.into()),
                 },
                 Left::Close => {
                     if !conn.buf.is_empty() {
@@ -171,12 +171,7 @@ impl Body for UpstreamBody {
                     this.end();
                     return Poll::Ready(None);
                 }
-                Poll::Ready(Ok(0)) => {
-                    return this.fail(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the upstream closed the connection in the middle of the body",
-                    ))
-                }
+                Poll::Ready(Ok(0)) => return this.fail(http1::Error::ClosedInBody.into()),
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => return this.fail(e),
             }

@@ -3,8 +3,8 @@
 //! ([`BodyWriter`]). The response body is read by [`super::body`].
 
 use super::connect::Conn;
-use super::h1::{self, RequestFraming};
 use super::slots::Slot;
+use crate::http1::{self, RequestFraming};
 use crate::proxy::body::{BoxError, RequestBody};
 use bytes::BytesMut;
 use http_body::Body;
@@ -88,7 +88,7 @@ impl Connection {
     ) -> Result<Option<Box<BodyWriter>>, (io::Error, bool)> {
         let framing = request_framing(parts, &body);
         self.out.clear();
-        h1::write_head(
+        http1::write_head(
             &parts.method,
             &parts.uri,
             &parts.headers,
@@ -135,7 +135,7 @@ impl Connection {
         &mut self,
         max: usize,
         sending: &mut Option<Box<BodyWriter>>,
-    ) -> Result<(h1::ResponseHead, bool), (io::Error, bool)> {
+    ) -> Result<(http1::ResponseHead, bool), (io::Error, bool)> {
         // Why the body could not be sent: the better explanation when no answer comes either.
         let mut refused: Option<io::Error> = None;
         // Whether any byte of an answer came: a failure before one is a stale connection's.
@@ -157,7 +157,9 @@ impl Connection {
             }
             // Right after the request the buffer is empty: no parse of nothing.
             if !self.buf.is_empty() {
-                if let Some(head) = h1::parse_head(&mut self.buf).map_err(|e| (e, true))? {
+                if let Some(head) =
+                    http1::parse_response_head(&mut self.buf).map_err(|e| (e.into(), true))?
+                {
                     if head.status.is_informational()
                         && head.status != http::StatusCode::SWITCHING_PROTOCOLS
                     {
@@ -167,17 +169,11 @@ impl Connection {
                 }
             }
             if self.buf.len() >= max {
-                return Poll::Ready(Err((
-                    io::Error::new(io::ErrorKind::InvalidData, "response head too large"),
-                    true,
-                )));
+                return Poll::Ready(Err((http1::Error::HeadTooLarge.into(), true)));
             }
             let unanswered = match self.poll_fill(cx, READ_SIZE) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(0)) => io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the upstream closed the connection before answering",
-                ),
+                Poll::Ready(Ok(0)) => http1::Error::ClosedBeforeAnswer.into(),
                 Poll::Ready(Ok(_)) => {
                     answered = true;
                     continue;
@@ -251,7 +247,7 @@ impl BodyWriter {
             }
             if self.chunked {
                 let mut line = Vec::with_capacity(20);
-                h1::chunk_line(data.len(), &mut line);
+                http1::chunk_line(data.len(), &mut line);
                 self.queue.push_back(line.into());
                 self.queue.push_back(data);
                 self.queue.push_back(bytes::Bytes::from_static(b"\r\n"));

@@ -1,7 +1,7 @@
 //! Upstream endpoints: one pool of keep-alive HTTP/1.1 connections per endpoint, over unix
 //! sockets, TCP, or TLS to peers.
 //!
-//! The pool and the client are ours ([`super::h1`] says why): an idle list per endpoint (the
+//! The pool and the client are ours ([`crate::http1`] says why): an idle list per endpoint (the
 //! most recently used first, so few connections stay warm), a connection taken for one request
 //! and given back by its response body when that has been read to its end ([`UpstreamBody`]),
 //! idle ones dropped after [`IDLE_TIMEOUT`] or when the upstream closed them. Nothing is spawned
@@ -25,8 +25,8 @@ mod tests;
 
 pub(crate) use body::UpstreamBody;
 
-use super::h1;
 use crate::config::UpstreamAddr;
+use crate::http1;
 use crate::proxy::body::RequestBody;
 use connect::Connector;
 use connection::{BodyWriter, Connection};
@@ -280,7 +280,7 @@ impl Endpoint {
         mut sending: Option<Box<BodyWriter>>,
     ) -> Result<http::Response<UpstreamBody>, (io::Error, bool)> {
         let (head, whole) = conn.read_head(self.max_head, &mut sending).await?;
-        let framing = h1::response_framing(method, &head).map_err(|e| (e, true))?;
+        let framing = http1::response_framing(method, &head).map_err(|e| (e.into(), true))?;
         let mut body = UpstreamBody::new(conn, &framing, self.idle.clone());
         body.sending = sending;
         body.keep_alive &= whole;

@@ -1,7 +1,7 @@
 use super::body::MAX_READ_SIZE;
 use super::connect::Conn;
-use super::h1::BodyKind;
 use super::*;
+use crate::http1::{self as h1, BodyKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 

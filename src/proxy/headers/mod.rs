@@ -116,40 +116,14 @@ fn valid_host(v: &[u8]) -> bool {
 }
 
 fn content_length(values: &[&HeaderValue]) -> Result<Option<u64>, &'static str> {
-    let found = agreed_length(values.iter().copied())?;
+    let found =
+        crate::http1::agreed_length(values.iter().map(|v| v.as_bytes())).map_err(|e| match e {
+            crate::http1::Error::ConflictingLength => "conflicting Content-Length",
+            _ => "invalid Content-Length",
+        })?;
     if values.len() > 1 || values.first().is_some_and(|v| v.as_bytes().contains(&b',')) {
         // Identical repeats are legal (RFC 9110 §8.6) but a smuggling tell; be strict.
         return Err("repeated Content-Length");
-    }
-    Ok(found)
-}
-
-/// The one length that every `Content-Length` value and list element names (`None` without
-/// any): an error for an element that is not a decimal number or for numbers that differ.
-/// Requests are held stricter than this (no repeats); responses may repeat one value.
-pub(crate) fn agreed_length<'a>(
-    values: impl IntoIterator<Item = &'a HeaderValue>,
-) -> Result<Option<u64>, &'static str> {
-    let mut found: Option<u64> = None;
-    for v in values {
-        for part in v.as_bytes().split(|b| *b == b',') {
-            let part = part.trim_ascii();
-            // As hyper parses it (`headers::from_digits`): digits only, any number of them
-            // (leading zeros too) while the value fits in 64 bits.
-            if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
-                return Err("invalid Content-Length");
-            }
-            let n = part
-                .iter()
-                .try_fold(0u64, |n, d| {
-                    n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-                })
-                .ok_or("invalid Content-Length")?;
-            match found {
-                Some(prev) if prev != n => return Err("conflicting Content-Length"),
-                _ => found = Some(n),
-            }
-        }
     }
     Ok(found)
 }

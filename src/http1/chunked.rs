@@ -1,7 +1,7 @@
-//! Chunked transfer coding of response bodies (RFC 9112 §7.1), decoded by the rules of hyper's
-//! client (`hyper` 1.x `proto/h1/decode.rs`), byte state for byte state: what hyper's client
-//! accepts is accepted here and what it refuses is refused (the differential fuzz target
-//! `fuzz/fuzz_targets/h1_differential.rs` holds both to that). In short:
+//! Chunked transfer coding (RFC 9112 §7.1), decoded by the rules of hyper's decoder (`hyper`
+//! 1.x `proto/h1/decode.rs`, which its client and its server share), state for state: what
+//! hyper accepts is accepted here and what it refuses is refused (the differential fuzz target
+//! `fuzz/fuzz_targets/h1_differential.rs` holds the response side to that). In short:
 //!
 //! - a chunk size is hex digits, any number of them as long as the value fits in 64 bits;
 //! - after it, spaces and tabs, then `;` and extensions, or CR LF; an extension ends at the
@@ -10,10 +10,14 @@
 //! - chunk data is followed by CR LF;
 //! - the trailer section (up to 16 KiB and 100 fields) must parse as header fields (httparse,
 //!   `http`'s name and value rules); it is then dropped.
+//!
+//! One decoder, two uses: [`Chunked::decode`] takes a body's data out of a buffer (the upstream
+//! client), [`Chunked::skip`] steps over a body in bytes it does not own (the listener's framing
+//! guard, which follows what hyper's server reads). Both are [`Chunked::step`].
 
+use super::Error;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
-use std::io;
 
 /// The chunk extensions of one body may not total more (hyper's `CHUNKED_EXTENSIONS_LIMIT`).
 const MAX_EXTENSIONS: u64 = 16 * 1024;
@@ -24,10 +28,6 @@ const MAX_TRAILER_BYTES: usize = 16 * 1024;
 /// Nor have more fields (hyper's default `h1_max_headers`).
 const MAX_TRAILER_FIELDS: usize = 100;
 
-fn invalid(what: &'static str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what)
-}
-
 /// What [`Chunked::decode`] found in the buffer.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Decoded {
@@ -35,6 +35,17 @@ pub(crate) enum Decoded {
     /// The last chunk and the trailer section have been read.
     End,
     /// More bytes are needed.
+    More,
+}
+
+/// What [`Chunked::step`] found after the framing bytes it used.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// This many bytes of chunk data come next.
+    Data(usize),
+    /// The last chunk and the trailer section have been read.
+    End,
+    /// Every byte given was framing; more are needed.
     More,
 }
 
@@ -72,38 +83,72 @@ enum State {
 
 impl Chunked {
     /// Decodes from the front of `buf`, consuming what it uses.
-    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> io::Result<Decoded> {
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, Error> {
+        let (framing, step) = self.step(buf);
+        buf.advance(framing);
+        Ok(match step? {
+            Step::Data(n) => Decoded::Data(buf.split_to(n).freeze()),
+            Step::End => Decoded::End,
+            Step::More => Decoded::More,
+        })
+    }
+
+    /// Steps over `bytes`, data and framing alike: how many it used, and whether the body
+    /// ended there (what follows is the next message's).
+    #[allow(dead_code)] // the listener's guard (next commit)
+    pub(crate) fn skip(&mut self, bytes: &[u8]) -> Result<(usize, bool), Error> {
+        let mut used = 0;
         loop {
-            if self.state == State::Done {
-                return Ok(Decoded::End);
+            let (framing, step) = self.step(&bytes[used..]);
+            used += framing;
+            match step? {
+                Step::Data(n) => used += n,
+                Step::End => return Ok((used, true)),
+                Step::More => return Ok((used, false)),
             }
-            if self.state == State::Body {
-                if buf.is_empty() {
-                    return Ok(Decoded::More);
+        }
+    }
+
+    /// Reads framing from the front of `bytes` up to the next chunk data, the body's end or the
+    /// end of `bytes`: the framing bytes used, and what comes after them. The data itself
+    /// (`Step::Data(n)`: the `n` bytes after the framing) counts as read once returned.
+    pub(crate) fn step(&mut self, bytes: &[u8]) -> (usize, Result<Step, Error>) {
+        let mut used = 0;
+        loop {
+            match self.state {
+                State::Done => return (used, Ok(Step::End)),
+                State::Body => {
+                    let left = bytes.len() - used;
+                    if left == 0 {
+                        return (used, Ok(Step::More));
+                    }
+                    let n = usize::try_from(self.size).unwrap_or(usize::MAX).min(left);
+                    self.size -= n as u64;
+                    if self.size == 0 {
+                        self.state = State::BodyCr;
+                    }
+                    return (used, Ok(Step::Data(n)));
                 }
-                let n = usize::try_from(self.size)
-                    .unwrap_or(usize::MAX)
-                    .min(buf.len());
-                let data = buf.split_to(n).freeze();
-                self.size -= n as u64;
-                if self.size == 0 {
-                    self.state = State::BodyCr;
-                }
-                return Ok(Decoded::Data(data));
+                _ => {}
             }
-            let Some(&byte) = buf.first() else {
-                return Ok(Decoded::More);
+            let Some(&byte) = bytes.get(used) else {
+                return (used, Ok(Step::More));
             };
-            buf.advance(1);
-            self.state = self.step(byte)?;
+            used += 1;
+            match self.next(byte) {
+                Ok(state) => self.state = state,
+                Err(e) => return (used, Err(e)),
+            }
             if self.state == State::Done {
-                self.check_trailers()?;
+                if let Err(e) = self.check_trailers() {
+                    return (used, Err(e));
+                }
             }
         }
     }
 
     /// The state after `byte` in every state but `Body` and `Done`.
-    fn step(&mut self, byte: u8) -> io::Result<State> {
+    fn next(&mut self, byte: u8) -> Result<State, Error> {
         Ok(match (self.state, byte) {
             (State::Start | State::Size, b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F') => {
                 let digit = (byte as char).to_digit(16).map_or(0, u64::from);
@@ -111,31 +156,29 @@ impl Chunked {
                     .size
                     .checked_mul(16)
                     .and_then(|s| s.checked_add(digit))
-                    .ok_or_else(|| invalid("chunk size overflows 64 bits"))?;
+                    .ok_or(Error::ChunkSizeOverflow)?;
                 State::Size
             }
-            (State::Start, _) => return Err(invalid("chunk size line without a digit")),
+            (State::Start, _) => return Err(Error::ChunkSizeWithoutDigit),
             (State::Size | State::SizeLws, b' ' | b'\t') => State::SizeLws,
             (State::Size | State::SizeLws, b';') => State::Extension,
             (State::Size | State::SizeLws, b'\r') => State::SizeLf,
-            (State::Size | State::SizeLws, _) => return Err(invalid("invalid chunk size")),
+            (State::Size | State::SizeLws, _) => return Err(Error::InvalidChunkSize),
             (State::Extension, b'\r') => State::SizeLf,
-            (State::Extension, b'\n') => return Err(invalid("bare LF in a chunk extension")),
+            (State::Extension, b'\n') => return Err(Error::BareLfInExtension),
             (State::Extension, _) => {
                 self.extensions += 1;
                 if self.extensions >= MAX_EXTENSIONS {
-                    return Err(invalid("chunk extensions too long"));
+                    return Err(Error::ExtensionsTooLong);
                 }
                 State::Extension
             }
             (State::SizeLf, b'\n') if self.size == 0 => State::EndCr,
             (State::SizeLf, b'\n') => State::Body,
-            (State::SizeLf, _) => return Err(invalid("chunk size line without LF")),
+            (State::SizeLf, _) => return Err(Error::ChunkSizeLineWithoutLf),
             (State::BodyCr, b'\r') => State::BodyLf,
             (State::BodyLf, b'\n') => State::Start,
-            (State::BodyCr | State::BodyLf, _) => {
-                return Err(invalid("chunk data not followed by CRLF"))
-            }
+            (State::BodyCr | State::BodyLf, _) => return Err(Error::ChunkDataWithoutCrlf),
             (State::EndCr, b'\r') => {
                 self.push_trailer(byte)?;
                 State::EndLf
@@ -149,7 +192,7 @@ impl Chunked {
                 self.push_trailer(byte)?;
                 State::Done
             }
-            (State::EndLf, _) => return Err(invalid("chunked body end without LF")),
+            (State::EndLf, _) => return Err(Error::ChunkedEndWithoutLf),
             (State::Trailer, _) => {
                 self.push_trailer(byte)?;
                 if byte == b'\r' {
@@ -160,30 +203,31 @@ impl Chunked {
             }
             (State::TrailerLf, b'\n') => {
                 if self.trailer_fields >= MAX_TRAILER_FIELDS {
-                    return Err(invalid("too many trailer fields"));
+                    return Err(Error::TooManyTrailerFields);
                 }
                 self.trailer_fields += 1;
                 self.push_trailer(byte)?;
                 State::EndCr
             }
-            (State::TrailerLf, _) => return Err(invalid("trailer field without LF")),
-            (State::Body | State::Done, _) => unreachable!("decode() handles {:?}", self.state),
+            (State::TrailerLf, _) => return Err(Error::TrailerFieldWithoutLf),
+            // `step` never asks about these; a state that does not move is the safe answer.
+            (State::Body | State::Done, _) => self.state,
         })
     }
 
     /// Keeps a byte of the trailer section, once one has begun.
-    fn push_trailer(&mut self, byte: u8) -> io::Result<()> {
+    fn push_trailer(&mut self, byte: u8) -> Result<(), Error> {
         if let Some(t) = self.trailers.as_mut() {
             t.extend_from_slice(&[byte]);
             if t.len() >= MAX_TRAILER_BYTES {
-                return Err(invalid("trailer section too long"));
+                return Err(Error::TrailerTooLong);
             }
         }
         Ok(())
     }
 
     /// The trailer section must be header fields (as hyper's `decode_trailers` checks).
-    fn check_trailers(&mut self) -> io::Result<()> {
+    fn check_trailers(&mut self) -> Result<(), Error> {
         let Some(raw) = self.trailers.take() else {
             return Ok(());
         };
@@ -192,13 +236,12 @@ impl Chunked {
             Ok(httparse::Status::Complete((_, fields))) => {
                 for f in fields.iter() {
                     HeaderName::from_bytes(f.name.as_bytes())
-                        .map_err(|_| invalid("invalid trailer field name"))?;
-                    HeaderValue::from_bytes(f.value)
-                        .map_err(|_| invalid("invalid trailer field value"))?;
+                        .map_err(|_| Error::InvalidTrailerName)?;
+                    HeaderValue::from_bytes(f.value).map_err(|_| Error::InvalidTrailerValue)?;
                 }
                 Ok(())
             }
-            Ok(httparse::Status::Partial) | Err(_) => Err(invalid("malformed trailer section")),
+            Ok(httparse::Status::Partial) | Err(_) => Err(Error::MalformedTrailer),
         }
     }
 }
@@ -208,7 +251,7 @@ mod tests {
     use super::*;
 
     /// Decodes `wire` fed in pieces of `step` bytes; the data, or the first error.
-    fn dechunk(wire: &[u8], step: usize) -> io::Result<(Vec<u8>, usize)> {
+    fn dechunk(wire: &[u8], step: usize) -> Result<(Vec<u8>, usize), Error> {
         let mut d = Chunked::default();
         let mut buf = BytesMut::new();
         let mut out = Vec::new();
@@ -222,7 +265,7 @@ mod tests {
                 }
             }
         }
-        Err(io::Error::new(io::ErrorKind::UnexpectedEof, "not ended"))
+        Err(Error::ClosedInBody)
     }
 
     #[test]
@@ -306,5 +349,32 @@ mod tests {
             d.decode(&mut buf).unwrap(),
             Decoded::Data(Bytes::from_static(b"abc"))
         );
+    }
+
+    /// Stepping over a body (the guard) ends where decoding it (the client) ends, and fails
+    /// where decoding fails, however the bytes arrive.
+    #[test]
+    fn skipping_ends_and_fails_where_decoding_does() {
+        let good = &b"5;e=1\r\nhello\r\n3\r\nabc\r\n0\r\nT: v\r\n\r\nNEXT"[..];
+        let bad = &b"5\r\nhello\r\n0\r\nnot a field\r\n\r\n"[..];
+        for step in [1, 2, 5, good.len()] {
+            let mut d = Chunked::default();
+            let mut used = 0;
+            let mut ended = false;
+            for piece in good.chunks(step) {
+                let (n, end) = d.skip(piece).expect("a valid body");
+                used += n;
+                ended = end;
+                if ended {
+                    break;
+                }
+            }
+            assert!(ended, "step {step}");
+            assert_eq!(used, good.len() - 4, "step {step}: NEXT is not the body's");
+            let mut d = Chunked::default();
+            let failed = bad.chunks(step).any(|piece| d.skip(piece).is_err());
+            assert!(failed, "step {step}");
+            assert!(dechunk(bad, step).is_err(), "step {step}");
+        }
     }
 }
