@@ -69,6 +69,8 @@ pub use listen::serve_stream;
 pub use metrics::{Metrics, UpstreamLabels};
 pub use proxy::find_newest::Finder;
 pub use proxy::pool::{Pool, PoolOptions};
+#[doc(hidden)]
+pub use proxy::upstream::{read_response_over, ResponseRead};
 pub use proxy::{headers, jsonrpc, route, ConnInfo, Proxy};
 pub use tls::stream::{accept as accept_tls, ServerStream as TlsServerStream};
 pub use tls::{allow, server_config, ClientIdentity};

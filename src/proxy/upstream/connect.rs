@@ -1,5 +1,8 @@
 //! Connecting to one upstream address: a unix socket, TCP, or TLS to a peer over TCP, each
 //! bounded by [`CONNECT_TIMEOUT`], and the transport ([`Conn`]) a connection then runs over.
+//! A connection runs over any [`Transport`]: the three above are the production ones, named so
+//! that their reads and writes are direct calls; anything else (an in-memory pipe: the pool's
+//! and the exchange's tests, the differential fuzz target) is boxed ([`Connector::dial`]).
 
 use crate::config::UpstreamAddr;
 use std::io;
@@ -13,11 +16,21 @@ use tokio::net::{TcpStream, UnixStream};
 /// How long a TCP connect may take before the endpoint counts as refused.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A byte stream an upstream connection can run over.
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static> Transport for T {}
+
+/// Makes a connection's transport for an endpoint that is not an address (see [`Conn::Other`]).
+pub(crate) type Dial = Arc<dyn Fn() -> io::Result<Box<dyn Transport>> + Send + Sync>;
+
 /// Connects to one upstream address.
 #[derive(Clone)]
 pub(super) struct Connector {
     addr: Arc<UpstreamAddr>,
     tls: Option<crate::tls::peer::PeerTls>,
+    /// Set: every connection comes from here instead of `addr`.
+    dial: Option<Dial>,
 }
 
 impl Connector {
@@ -25,6 +38,16 @@ impl Connector {
         Self {
             addr: Arc::new(addr),
             tls,
+            dial: None,
+        }
+    }
+
+    /// Connections from `dial` instead of an address.
+    pub(super) fn dial(addr: UpstreamAddr, dial: Dial) -> Self {
+        Self {
+            addr: Arc::new(addr),
+            tls: None,
+            dial: Some(dial),
         }
     }
 }
@@ -34,6 +57,8 @@ pub(super) enum Conn {
     Unix(UnixStream),
     Tcp(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// Any other transport.
+    Other(Box<dyn Transport>),
 }
 
 impl AsyncRead for Conn {
@@ -46,6 +71,7 @@ impl AsyncRead for Conn {
             Self::Unix(io) => Pin::new(io).poll_read(cx, buf),
             Self::Tcp(io) => Pin::new(io).poll_read(cx, buf),
             Self::Tls(io) => Pin::new(io).poll_read(cx, buf),
+            Self::Other(io) => Pin::new(io).poll_read(cx, buf),
         }
     }
 }
@@ -60,6 +86,7 @@ impl AsyncWrite for Conn {
             Self::Unix(io) => Pin::new(io).poll_write(cx, buf),
             Self::Tcp(io) => Pin::new(io).poll_write(cx, buf),
             Self::Tls(io) => Pin::new(io).poll_write(cx, buf),
+            Self::Other(io) => Pin::new(io).poll_write(cx, buf),
         }
     }
 
@@ -68,6 +95,7 @@ impl AsyncWrite for Conn {
             Self::Unix(io) => Pin::new(io).poll_flush(cx),
             Self::Tcp(io) => Pin::new(io).poll_flush(cx),
             Self::Tls(io) => Pin::new(io).poll_flush(cx),
+            Self::Other(io) => Pin::new(io).poll_flush(cx),
         }
     }
 
@@ -76,6 +104,7 @@ impl AsyncWrite for Conn {
             Self::Unix(io) => Pin::new(io).poll_shutdown(cx),
             Self::Tcp(io) => Pin::new(io).poll_shutdown(cx),
             Self::Tls(io) => Pin::new(io).poll_shutdown(cx),
+            Self::Other(io) => Pin::new(io).poll_shutdown(cx),
         }
     }
 }
@@ -84,6 +113,9 @@ impl Connector {
     /// A new transport, and the generation of the TLS identity it was made with (0 without
     /// TLS; see [`crate::tls::peer::PeerTls::generation`]).
     pub(super) async fn connect(&self) -> io::Result<(Conn, u64)> {
+        if let Some(dial) = &self.dial {
+            return Ok((Conn::Other(dial()?), 0));
+        }
         match &*self.addr {
             UpstreamAddr::Unix(path) => Ok((Conn::Unix(UnixStream::connect(path).await?), 0)),
             UpstreamAddr::Tcp { host, port } => {

@@ -18,12 +18,17 @@
 mod body;
 mod connect;
 mod connection;
+#[cfg(test)]
+mod exchange_tests;
 mod idle;
+mod in_memory;
 mod slots;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use body::UpstreamBody;
+pub(crate) use connect::{Dial, Transport};
+pub use in_memory::{read_response_over, ResponseRead};
 
 use crate::config::UpstreamAddr;
 use crate::http1;
@@ -149,6 +154,22 @@ impl Endpoint {
             in_flight: AtomicUsize::new(0),
             authority: http::HeaderValue::from_str(&authority)
                 .unwrap_or_else(|_| http::HeaderValue::from_static("localhost")),
+        }
+    }
+
+    /// An endpoint whose connections come from `dial` (an in-memory pipe, say) rather than an
+    /// address: the same pool and exchange, over any [`Transport`]. `name` labels it.
+    pub(crate) fn over(name: &str, dial: Dial, limits: EndpointLimits) -> Self {
+        let addr = UpstreamAddr::Unix(name.into());
+        Self {
+            label: name.into(),
+            name: name.to_owned(),
+            idle: Arc::new(Idle::new(Slots::new(limits.connections), None)),
+            connector: Connector::dial(addr.clone(), dial),
+            addr,
+            max_head: limits.max_response_head.max(8192) * 2,
+            in_flight: AtomicUsize::new(0),
+            authority: http::HeaderValue::from_static("localhost"),
         }
     }
 
