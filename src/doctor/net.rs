@@ -1,9 +1,13 @@
 //! The doctor's network steps: a TLS handshake that records the peer's certificate and what our
-//! verifier thought of it instead of stopping at the first problem, a one-shot HTTP/1.1 GET, and
-//! the admin `/readyz` check.
+//! verifier thought of it instead of stopping at the first problem, a one-shot HTTP/1.1 GET (on
+//! the proxy's own framing, `crate::http1`), and the admin `/readyz` check.
 
 use super::{Report, STEP_TIMEOUT};
+use crate::http1;
 use crate::identity::Material;
+use bytes::BytesMut;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::Method;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -145,67 +149,129 @@ pub(crate) struct Answer {
     pub round_trip: Duration,
 }
 
-/// `GET path` with `Connection: close`; reads the head and up to 4 KiB of body.
+/// The most of an answer's body the doctor reads.
+const BODY_BYTES: usize = 4096;
+
+/// The longest answer head the doctor reads.
+const HEAD_BYTES: usize = 64 * 1024;
+
+/// `GET path` with `Connection: close`, through the proxy's own HTTP/1.1 framing
+/// ([`crate::http1`]): the head written as the upstream client writes it, the answer's head
+/// parsed and its body framed as the upstream client does; up to 4 KiB of the body are read.
 pub(crate) async fn get<S: AsyncRead + AsyncWrite + Unpin>(
     mut s: S,
     host: &str,
     path: &str,
 ) -> Result<Answer, StepError> {
     let start = Instant::now();
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: ironic-proxy-doctor\r\n\
-         Connection: close\r\n\r\n"
+    let target = http::Uri::try_from(path).map_err(|e| format!("path {path:?}: {e}"))?;
+    let mut headers = HeaderMap::new();
+    let host = HeaderValue::from_str(host).map_err(|e| format!("host {host:?}: {e}"))?;
+    headers.insert(header::HOST, host);
+    headers.insert(
+        header::USER_AGENT,
+        HeaderValue::from_static("ironic-proxy-doctor"),
+    );
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let mut out = Vec::new();
+    http1::write_head(
+        &Method::GET,
+        &target,
+        &headers,
+        http1::RequestFraming::AsIs,
+        &mut out,
     );
     let exchange = async {
-        s.write_all(req.as_bytes()).await?;
+        s.write_all(&out).await?;
         s.flush().await?;
-        let mut buf = Vec::with_capacity(4096);
-        let mut chunk = [0u8; 4096];
-        loop {
-            let n = s.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if buf.len() > 64 * 1024 {
-                break;
-            }
-            if let Some(end) = memchr::memmem::find(&buf, b"\r\n\r\n") {
-                if buf.len() >= end + 4 + 4096 {
-                    break;
-                }
-            }
-        }
-        Ok::<_, std::io::Error>(buf)
+        let mut buf = BytesMut::with_capacity(BODY_BYTES);
+        let head = read_head(&mut s, &mut buf).await?;
+        let framing = http1::response_framing(&Method::GET, &head)?;
+        let body = read_body(&mut s, &mut buf, framing.body).await;
+        Ok::<_, std::io::Error>((head, body))
     };
-    let buf = match tokio::time::timeout(STEP_TIMEOUT, exchange).await {
+    let (head, body) = match tokio::time::timeout(STEP_TIMEOUT, exchange).await {
         Err(_) => return Err(format!("no HTTP answer within {STEP_TIMEOUT:?}")),
-        // A close after a complete answer (TLS without close_notify) is not a failure.
-        Ok(Err(e)) if !matches!(e.kind(), std::io::ErrorKind::UnexpectedEof) => {
-            return Err(crate::error::chain(&e))
-        }
-        Ok(Err(_)) => Vec::new(),
-        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return Err(crate::error::chain(&e)),
+        Ok(Ok(answer)) => answer,
     };
-    let round_trip = start.elapsed();
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut resp = httparse::Response::new(&mut headers);
-    let Ok(httparse::Status::Complete(head_len)) = resp.parse(&buf) else {
-        return Err("no complete HTTP answer".to_owned());
-    };
-    let date = resp
+    let date = head
         .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("date"))
-        .and_then(|h| std::str::from_utf8(h.value).ok())
+        .get(header::DATE)
+        .and_then(|v| v.to_str().ok())
         .and_then(|v| httpdate(v.trim()));
-    let body = String::from_utf8_lossy(&buf[head_len..buf.len().min(head_len + 512)]).into();
+    let body = String::from_utf8_lossy(&body[..body.len().min(512)]).into();
     Ok(Answer {
-        status: resp.code.unwrap_or(0),
+        status: head.status.as_u16(),
         date,
         body,
-        round_trip,
+        round_trip: start.elapsed(),
     })
+}
+
+/// Reads the answer's head, skipping interim (1xx) answers.
+async fn read_head<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut BytesMut,
+) -> std::io::Result<http1::ResponseHead> {
+    loop {
+        if let Some(head) = http1::parse_response_head(buf)? {
+            if head.status.is_informational()
+                && head.status != http::StatusCode::SWITCHING_PROTOCOLS
+            {
+                continue;
+            }
+            return Ok(head);
+        }
+        if buf.len() > HEAD_BYTES {
+            return Err(http1::Error::HeadTooLarge.into());
+        }
+        // A TLS peer that closes without close_notify reads as UnexpectedEof: the same end.
+        match s.read_buf(buf).await {
+            Ok(0) => return Err(http1::Error::ClosedBeforeAnswer.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(http1::Error::ClosedBeforeAnswer.into())
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Up to [`BODY_BYTES`] of the body, framed as `kind` says. The body is only shown in the
+/// report: a body that ends early or badly ends what is shown, it does not fail the step.
+async fn read_body<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut BytesMut,
+    kind: http1::BodyKind,
+) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut chunked = http1::Chunked::default();
+    let mut left = match kind {
+        http1::BodyKind::Empty => return body,
+        http1::BodyKind::Length(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        http1::BodyKind::Chunked | http1::BodyKind::Close => usize::MAX,
+    };
+    while body.len() < BODY_BYTES && left > 0 {
+        let data = match kind {
+            http1::BodyKind::Chunked => match chunked.decode(buf) {
+                Ok(http1::Decoded::Data(data)) => data,
+                Ok(http1::Decoded::End) | Err(_) => break,
+                Ok(http1::Decoded::More) => bytes::Bytes::new(),
+            },
+            _ => buf.split_to(buf.len().min(left)).freeze(),
+        };
+        if !data.is_empty() {
+            left = left.saturating_sub(data.len());
+            body.extend_from_slice(&data);
+            continue;
+        }
+        if !matches!(s.read_buf(buf).await, Ok(1..)) {
+            break;
+        }
+    }
+    body.truncate(BODY_BYTES);
+    body
 }
 
 /// An HTTP-date (RFC 9110 §5.6.7): the `httpdate` crate (hyper's), which accepts the three
@@ -247,8 +313,46 @@ pub(crate) async fn check_admin(listen: SocketAddr, report: &mut Report) {
 
 #[cfg(test)]
 mod tests {
-    use super::{dial_addr, httpdate};
+    use super::{dial_addr, get, httpdate};
     use std::time::{Duration, SystemTime};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The GET writes the upstream client's head and reads the answer with its framing.
+    #[tokio::test]
+    async fn one_shot_gets_read_answers_by_their_framing() {
+        let date = "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n";
+        for (answer, status, body) in [
+            (format!("HTTP/1.1 200 OK\r\n{date}Content-Length: 5\r\n\r\nready+junk"), 200, "ready"),
+            (format!("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Unavailable\r\n{date}Transfer-Encoding: chunked\r\n\r\n3\r\nnot\r\n6\r\n ready\r\n0\r\n\r\n"), 503, "not ready"),
+            (format!("HTTP/1.0 200 OK\r\n{date}\r\nuntil close"), 200, "until close"),
+        ] {
+            let (near, mut far) = tokio::io::duplex(1 << 16);
+            let up = tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && far.read(&mut b).await.unwrap_or(0) == 1 {
+                    head.push(b[0]);
+                }
+                far.write_all(answer.as_bytes()).await.expect("write");
+                far.shutdown().await.expect("shutdown");
+                String::from_utf8(head).expect("ASCII")
+            });
+            let a = get(near, "[::1]:6385", "/v1/?x=1").await.expect("an answer");
+            assert_eq!((a.status, a.body.as_str()), (status, body));
+            assert_eq!(a.date, httpdate("Sun, 06 Nov 1994 08:49:37 GMT"));
+            assert_eq!(
+                up.await.expect("upstream"),
+                "GET /v1/?x=1 HTTP/1.1\r\nhost: [::1]:6385\r\nuser-agent: ironic-proxy-doctor\r\n\
+                 connection: close\r\n\r\n"
+            );
+        }
+        let (near, mut far) = tokio::io::duplex(1 << 16);
+        far.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n")
+            .await
+            .expect("write");
+        let e = get(near, "h", "/").await.expect_err("a bad length");
+        assert!(e.contains("invalid Content-Length"), "{e}");
+    }
 
     #[test]
     fn parses_imf_fixdate() {
