@@ -12,6 +12,8 @@
 //! - [`tls`]: rustls configurations, client identity and `allow` authorisation.
 //! - [`listen`]: accept loops, connection limits and timeouts, graceful drain.
 //! - [`proxy`]: the forwarding service: header hygiene, upstream pools, error mapping.
+//! - `http1`: HTTP/1.1 framing (heads, body framing, the chunked decoder), for the upstream
+//!   client, the listener's framing guard and `doctor`.
 //! - [`discovery`]: DNS resolution loop producing endpoint sets.
 //! - [`balance`]: endpoint picking and health state.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`.

@@ -95,7 +95,6 @@ impl Chunked {
 
     /// Steps over `bytes`, data and framing alike: how many it used, and whether the body
     /// ended there (what follows is the next message's).
-    #[allow(dead_code)] // the listener's guard (next commit)
     pub(crate) fn skip(&mut self, bytes: &[u8]) -> Result<(usize, bool), Error> {
         let mut used = 0;
         loop {

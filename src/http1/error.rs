@@ -6,7 +6,6 @@ use std::io;
 
 /// A fault in an HTTP/1.1 message, or its stream ending before the message did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[allow(dead_code)] // the request variants: the listener's guard (next commit)
 pub(crate) enum Error {
     // The head.
     #[error("too many response headers")]

@@ -19,8 +19,6 @@
 
 mod chunked;
 mod error;
-// The request side's parser: the listener's guard (next commit).
-#[allow(dead_code)]
 mod request;
 mod response;
 #[cfg(test)]
@@ -28,10 +26,7 @@ mod tests;
 
 pub(crate) use chunked::{Chunked, Decoded};
 pub(crate) use error::Error;
-#[allow(unused_imports)]
-pub(crate) use request::{
-    chunk_line, parse_request_head, write_head, RequestBody, RequestFraming, RequestHead,
-};
+pub(crate) use request::{chunk_line, parse_request_head, write_head, RequestBody, RequestFraming};
 pub(crate) use response::{
     parse_response_head, response_framing, BodyKind, ResponseFraming, ResponseHead,
 };

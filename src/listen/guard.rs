@@ -10,10 +10,11 @@
 //!
 //! The connection's stream (`conn::WatchedStream`) passes every byte hyper reads through a [`Guard`]
 //! as well. The guard finds each
-//! request head with the parser hyper uses (httparse, same configuration and field limit), notes
-//! whether that head carried either ambiguity, and steps over its body exactly as hyper will
-//! (by `Content-Length`, or chunk by chunk as hyper's decoder does), so its notes stay in step
-//! with the requests the service receives. The service takes one note per request
+//! request head with the parser hyper uses (`http1::parse_request_head`: httparse, same
+//! configuration and field limit, hyper's server rules for the body), notes whether that head
+//! carried either ambiguity, and steps over its body exactly as hyper will (by
+//! `Content-Length`, or with the upstream client's own chunked decoder, `http1::Chunked`, which
+//! follows hyper's), so its notes stay in step with the requests the service receives. The service takes one note per request
 //! ([`Guard::take`]): an ambiguous head, a missing note or a note for another method means the
 //! request is refused with 400 and the connection closed.
 //!
@@ -21,17 +22,10 @@
 //! hyper closes such a connection itself, and any request that still reached the service would
 //! find no note and be refused.
 
+use crate::http1::{self, Chunked, RequestBody};
 use http::Method;
 use std::collections::VecDeque;
-use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
-
-/// Header fields per request head: hyper's own default (100, as HAProxy's `tune.http.maxhdr`
-/// 101), which the listener leaves as it is; more get 431 from hyper. Left unset, hyper parses
-/// a head into arrays on the stack; set, it allocates two arrays of that many entries for
-/// every request it parses. The guard parses with the same bound, so it follows every head
-/// hyper accepts.
-pub(crate) const MAX_HEADERS: usize = 100;
 
 /// Why a request was refused.
 pub(crate) const UNVERIFIED: &str = "request framing could not be verified";
@@ -43,27 +37,11 @@ struct Note {
     ambiguous: Option<&'static str>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    Start,
-    Size,
-    SizeLws,
-    Extension,
-    SizeLf,
-    Data,
-    DataCr,
-    DataLf,
-    EndCr,
-    Trailer,
-    TrailerLf,
-    EndLf,
-}
-
 #[derive(Debug)]
 enum Phase {
     Head,
     Length(u64),
-    Chunked { state: Chunk, size: u64 },
+    Chunked(Chunked),
     Lost,
 }
 
@@ -129,14 +107,15 @@ impl State {
                         self.phase = Phase::Head;
                     }
                 }
-                Phase::Chunked { state, size } => match step_chunked(state, size, rest) {
-                    Some((used, done)) => {
+                Phase::Chunked(chunks) => match chunks.skip(rest) {
+                    Ok((used, done)) => {
                         pos += used;
                         if done {
                             self.phase = Phase::Head;
                         }
                     }
-                    None => self.phase = Phase::Lost,
+                    // hyper fails the body here too, and closes the connection.
+                    Err(_) => self.phase = Phase::Lost,
                 },
                 Phase::Head => {
                     // A head can only be complete once a line feed has arrived.
@@ -188,127 +167,39 @@ enum Parsed {
     Invalid,
 }
 
-/// hyper's rule for the body of a request (`proto::h1::role::Server::parse`): any
-/// Transfer-Encoding makes it chunked if the last field's final coding is `chunked` (anything
-/// else is refused); otherwise Content-Length, every value and list element equal; otherwise
-/// none.
+/// The guard's note on a request head, and how its body follows.
 fn parse_head(buf: &[u8]) -> Parsed {
-    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut []);
-    let used = match httparse::ParserConfig::default()
-        .parse_request_with_uninit_headers(&mut req, buf, &mut slots)
-    {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Parsed::Partial,
+    let head = match http1::parse_request_head(buf) {
+        Ok(Some(head)) => head,
+        Ok(None) => return Parsed::Partial,
         Err(_) => return Parsed::Invalid,
     };
-    let Some(method) = req
-        .method
-        .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
-    else {
-        return Parsed::Invalid;
-    };
-    let mut te = false;
-    let mut te_chunked = false;
-    let mut cl_fields = 0usize;
-    let mut length: Option<u64> = None;
-    let mut length_ok = true;
-    for h in req.headers.iter() {
-        if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            te = true;
-            te_chunked = std::str::from_utf8(h.value).is_ok_and(|v| {
-                v.rsplit(',')
-                    .next()
-                    .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"))
-            });
-        } else if h.name.eq_ignore_ascii_case("content-length") {
-            cl_fields += 1;
-            for part in h.value.split(|b| *b == b',') {
-                let n = std::str::from_utf8(part.trim_ascii())
-                    .ok()
-                    .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|p| p.parse::<u64>().ok());
-                match (n, length) {
-                    (Some(n), None) => length = Some(n),
-                    (Some(n), Some(prev)) if n == prev => {}
-                    _ => length_ok = false,
-                }
-            }
-        }
-    }
     // A request target has no fragment (RFC 9112 §3.2); `http` drops one without a word, so
     // `/a#/b` would reach Ironic as `/a`. Refused, as HAProxy does.
-    let ambiguous = if req.path.is_some_and(|p| p.contains('#')) {
+    let ambiguous = if head.fragment {
         Some("fragment in the request target")
-    } else if te && cl_fields > 0 {
+    } else if head.transfer_encoding && head.length_fields > 0 {
         Some("both Content-Length and Transfer-Encoding")
-    } else if cl_fields > 1 {
+    } else if head.length_fields > 1 {
         Some("repeated Content-Length")
     } else {
         None
     };
-    let next = if te {
-        if !te_chunked || req.version != Some(1) {
-            // hyper refuses the request and closes.
-            Phase::Lost
-        } else {
-            Phase::Chunked {
-                state: Chunk::Start,
-                size: 0,
-            }
-        }
-    } else {
-        match (length, length_ok) {
-            (_, false) => Phase::Lost,
-            (Some(n), true) if n > 0 => Phase::Length(n),
-            _ => Phase::Head,
-        }
+    let next = match head.body {
+        // hyper refuses the request and closes.
+        Err(_) => Phase::Lost,
+        Ok(RequestBody::Empty) => Phase::Head,
+        Ok(RequestBody::Length(n)) => Phase::Length(n),
+        Ok(RequestBody::Chunked) => Phase::Chunked(Chunked::default()),
     };
-    Parsed::Complete(used, Note { method, ambiguous }, next)
-}
-
-/// Steps a chunked body over `buf` the way hyper's decoder does (`proto::h1::decode`); returns
-/// the bytes used and whether the body ended, or `None` where hyper fails.
-fn step_chunked(state: &mut Chunk, size: &mut u64, buf: &[u8]) -> Option<(usize, bool)> {
-    let mut i = 0;
-    while i < buf.len() {
-        if *state == Chunk::Data {
-            let k = usize::try_from(*size)
-                .unwrap_or(usize::MAX)
-                .min(buf.len() - i);
-            *size -= k as u64;
-            i += k;
-            if *size == 0 {
-                *state = Chunk::DataCr;
-            }
-            continue;
-        }
-        let b = buf[i];
-        i += 1;
-        *state = match (*state, b) {
-            (Chunk::Start | Chunk::Size, b) if b.is_ascii_hexdigit() => {
-                let digit = u64::from(char::from(b).to_digit(16)?);
-                *size = size.checked_mul(16)?.checked_add(digit)?;
-                Chunk::Size
-            }
-            (Chunk::Size | Chunk::SizeLws, b' ' | b'\t') => Chunk::SizeLws,
-            (Chunk::Size | Chunk::SizeLws, b';') => Chunk::Extension,
-            (Chunk::Size | Chunk::SizeLws | Chunk::Extension, b'\r') => Chunk::SizeLf,
-            (Chunk::Extension, b'\n') => return None,
-            (Chunk::Extension, _) => Chunk::Extension,
-            (Chunk::SizeLf, b'\n') if *size == 0 => Chunk::EndCr,
-            (Chunk::SizeLf, b'\n') => Chunk::Data,
-            (Chunk::DataCr, b'\r') => Chunk::DataLf,
-            (Chunk::DataLf, b'\n') => Chunk::Start,
-            (Chunk::EndCr, b'\r') => Chunk::EndLf,
-            (Chunk::Trailer, b'\r') => Chunk::TrailerLf,
-            (Chunk::EndCr | Chunk::Trailer, _) => Chunk::Trailer,
-            (Chunk::TrailerLf, b'\n') => Chunk::EndCr,
-            (Chunk::EndLf, b'\n') => return Some((i, true)),
-            _ => return None,
-        };
-    }
-    Some((i, false))
+    Parsed::Complete(
+        head.len,
+        Note {
+            method: head.method,
+            ambiguous,
+        },
+        next,
+    )
 }
 
 #[cfg(test)]
@@ -384,6 +275,17 @@ mod tests {
             g.take(&Method::GET),
             Err(UNVERIFIED),
             "lost after a bad chunk"
+        );
+        // A trailer section that is not header fields: hyper's decoder (and so the shared one)
+        // fails the body there.
+        let g = Guard::new(65536);
+        g.feed(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nno field\r\n\r\n");
+        g.feed(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(g.take(&Method::POST), Ok(()));
+        assert_eq!(
+            g.take(&Method::GET),
+            Err(UNVERIFIED),
+            "lost after bad trailers"
         );
     }
 }

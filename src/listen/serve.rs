@@ -103,7 +103,7 @@ impl Listener {
                 .header_read_timeout(None)
                 .max_buf_size(limits.header_bytes.max(8192))
                 .max_header_size(limits.header_bytes)
-                // No max_headers: hyper's default is the guard's MAX_HEADERS, parsed on the
+                // No max_headers: hyper's default is crate::http1::MAX_HEADERS, parsed on the
                 // stack (see there).
                 .keep_alive(true);
             let conn = Parking::new(builder, io, svc, framing, parked);
