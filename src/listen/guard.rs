@@ -8,15 +8,15 @@
 //! - `Content-Length` repeated with one value: it keeps a single field (RFC 9110 §8.6 lets a
 //!   recipient fold them, or reject).
 //!
-//! The connection's stream (`conn::WatchedStream`) passes every byte hyper reads through a [`Guard`]
-//! as well. The guard finds each
-//! request head with the parser hyper uses (`http1::parse_request_head`: httparse, same
-//! configuration and field limit, hyper's server rules for the body), notes whether that head
-//! carried either ambiguity, and steps over its body exactly as hyper will (by
-//! `Content-Length`, or with the upstream client's own chunked decoder, `http1::Chunked`, which
-//! follows hyper's), so its notes stay in step with the requests the service receives. The service takes one note per request
-//! ([`Guard::take`]): an ambiguous head, a missing note or a note for another method means the
-//! request is refused with 400 and the connection closed.
+//! The connection's stream (`conn::WatchedStream`) passes every byte hyper reads through a
+//! [`Guard`] as well. The guard finds each request head with the parser hyper uses
+//! (`http1::parse_request_head`: httparse, same configuration and field limit, hyper's server
+//! rules for the body), notes whether that head carried either ambiguity, and steps over its
+//! body exactly as hyper will (by `Content-Length`, or with the upstream client's own chunked
+//! decoder, `http1::Chunked`, which follows hyper's), so its notes stay in step with the
+//! requests the service receives. The service takes one note per request ([`Guard::take`]): an
+//! ambiguous head, a missing note or a note for another method means the request is refused
+//! with 400 and the connection closed.
 //!
 //! When the guard cannot follow (a head hyper will refuse, a body hyper will fail on), it stops;
 //! hyper closes such a connection itself, and any request that still reached the service would
