@@ -164,7 +164,7 @@ fn after_a_quiet_spell_serving_memory_is_given_back_and_requests_still_work() {
     let builder = sb
         .proxy_to(&up, &[("api", Tls::Server)])
         .limit_dur("idle_trim", "300ms");
-    let proxy = start_logging(&builder, "info,ironic_proxy::trim=debug");
+    let proxy = start_logging(&builder, "info,ironic_proxy::memory_release=debug");
     let trims = |p: &support::Proxy| {
         p.logs()
             .iter()
