@@ -1,4 +1,4 @@
-//! The access log is written in batches (`src/logging.rs`): a real process that served N requests
+//! The access log is written in batches (`src/logging/`): a real process that served N requests
 //! and got SIGTERM has written all N lines when it exits, in text and in JSON, including the
 //! line of a request that was still in flight when the signal came.
 

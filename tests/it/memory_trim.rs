@@ -1,5 +1,5 @@
 //! Once ready, the proxy has given back the executable's pages that start-up touched
-//! (`src/trim.rs`): read from the child's `/proc/PID/smaps`, the text mapping is resident only
+//! (`src/memory_release.rs`): read from the child's `/proc/PID/smaps`, the text mapping is resident only
 //! in small part, and a real TLS request through the proxy still works (the code it needs
 //! faults back in).
 
