@@ -780,9 +780,12 @@ class Boot:
             "IRONIC_PROXY_EXPORT_DIR": os.path.join(self.root, "kit-export"),
             "IRONIC_PROXY_HTPASSWD": os.path.join(self.root, "kit-htpasswd"),
             "IRONIC_PROXY_EGRESS_CREDENTIALS": os.path.join(self.root, "kit-egress"),
+            "IRONIC_PROXY_METRICS_TOKEN_FILE": os.path.join(self.root, "kit-metrics-token"),
         }  # fmt: skip
         with open(env["IRONIC_PROXY_EGRESS_CREDENTIALS"], "w") as f:
             f.write("ironic:0123456789abcdef")
+        with open(env["IRONIC_PROXY_METRICS_TOKEN_FILE"], "w") as f:
+            f.write("0123456789abcdef0123456789abcdef\n")
         import bcrypt  # from the Ironic virtualenv, as auth_e2e.py uses it
 
         with open(env["IRONIC_PROXY_HTPASSWD"], "wb") as f:

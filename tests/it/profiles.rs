@@ -303,9 +303,16 @@ fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
     let egress = dir.path().join("egress");
     std::fs::write(&egress, "ironic:0123456789abcdef").unwrap();
     env.push(("IRONIC_PROXY_EGRESS_CREDENTIALS", s(&egress)));
+    let token = dir.path().join("metrics-token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+    env.push(("IRONIC_PROXY_METRICS_TOKEN_FILE", s(&token)));
     let set: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let o = cli(&["check", "--config", BOOT], &set);
     assert!(o.ok(), "{o:?}");
+    // The admin listener as the profile's: loopback unless IRONIC_PROXY_ADMIN_LISTEN names
+    // the pod IP, never every address; /metrics behind the token.
+    assert!(o.stdout.contains("bearer_token_file = "), "{}", o.stdout);
+    assert!(!o.stdout.contains("[::]:9901"), "{}", o.stdout);
     for expected in [
         "tls = \"optional\"",
         "jsonrpc = true",
@@ -327,6 +334,17 @@ fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(
         o.stderr.contains("IRONIC_PROXY_PEER_CIDRS is not set"),
+        "{o:?}"
+    );
+    let without: Vec<(&str, &str)> = set
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != "IRONIC_PROXY_METRICS_TOKEN_FILE")
+        .collect();
+    let o = cli(&["check", "--config", BOOT], &without);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stderr.contains("IRONIC_PROXY_METRICS_TOKEN_FILE is not set"),
         "{o:?}"
     );
 }
