@@ -344,7 +344,8 @@ fn the_boot_file_sidecar_config_checks_with_a_sidecars_environment() {
     let o = cli(&["check", "--config", BOOT], &without);
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(
-        o.stderr.contains("IRONIC_PROXY_METRICS_TOKEN_FILE is not set"),
+        o.stderr
+            .contains("IRONIC_PROXY_METRICS_TOKEN_FILE is not set"),
         "{o:?}"
     );
 }
