@@ -158,6 +158,12 @@ def check_site_and_secrets(all_docs):
                         if p.startswith(m["mountPath"].rstrip("/") + "/"):
                             keys.add(p[len(m["mountPath"].rstrip("/")) + 1:])
 
+    # The Secrets baremetal-operator mounts (its config/components basic-auth and tls), which
+    # components/bmo names for it and the quick start makes: part of the kit's contract too.
+    with open(os.path.join(ROOT, "config", "k8s", "components", "bmo", "kustomization.yaml"),
+              encoding="utf-8") as f:
+        all_secrets |= set(re.findall(r"#\s+-\s+Secret ([a-z0-9]+(?:-[a-z0-9]+)+),", f.read()))
+
     table = {}
     start = install.index("## 3. Create the Secrets")
     for line in install[start:install.index("\n## ", start + 5)].splitlines():
