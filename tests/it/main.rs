@@ -51,4 +51,5 @@ mod sidecar_lone_upstream;
 mod sidecar_mtls;
 mod sidecar_parking;
 mod sidecar_reload;
+mod stop_sequence;
 mod tls_policy;
