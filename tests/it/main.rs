@@ -52,3 +52,4 @@ mod sidecar_mtls;
 mod sidecar_parking;
 mod sidecar_reload;
 mod tls_policy;
+mod trust_change;

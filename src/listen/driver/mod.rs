@@ -1,5 +1,6 @@
 //! Running one connection to its end: hyper's HTTP/1.1 or HTTP/2 connection, the connection's
-//! deadlines (see `conn`) and the server's drain, in one hand-written future. Hand-written so
+//! deadlines (see `conn`), the server's drain and, on a mutual-TLS connection, trust changes
+//! ([`Distrust`]), in one hand-written future. Hand-written so
 //! the connection is stored once: an `async fn` keeps its arguments for its whole life, and a
 //! second copy of the hyper connection would be part of every idle connection's memory.
 //!
@@ -297,6 +298,44 @@ where
     }
 }
 
+/// A mutual-TLS connection's side of trust changes: resolves once its client chain no longer
+/// verifies (`tls::trust`), whether the connection is idle, parked or serving. The driver then
+/// ends it as a drain does: an idle connection closes at once, one serving requests after them
+/// (`Connection: close` on HTTP/1.1, GOAWAY on HTTP/2).
+pub(super) struct Distrust {
+    /// The listener's configuration changes, looked at (an atomic load) before `wait` is
+    /// polled, for the reason the drain's watch is (see [`ConnectionDriver::poll`]).
+    changes: watch::Receiver<u64>,
+    /// Checks the chain at once and after every change; resolves when it fails.
+    wait: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// `wait` has been polled once, so its waker is registered with the listener's watch.
+    armed: bool,
+}
+
+impl Distrust {
+    pub(super) fn new(
+        changes: watch::Receiver<u64>,
+        wait: impl Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        Self {
+            changes,
+            wait: Box::pin(wait),
+            armed: false,
+        }
+    }
+
+    /// Whether the chain was found failing, polling `wait` only if a change came since.
+    fn failed(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.armed && !self.changes.has_changed().unwrap_or(false) {
+            return false;
+        }
+        self.armed = true;
+        // Marked seen before `wait` looks: a change after this is seen on the next poll.
+        self.changes.mark_unchanged();
+        self.wait.as_mut().poll(cx).is_ready()
+    }
+}
+
 pin_project_lite::pin_project! {
     /// Runs a connection to completion, closing it at the clock's deadline or gracefully on
     /// drain, and parking it when idle. One timer per connection, re-armed only when it fires
@@ -321,11 +360,19 @@ pin_project_lite::pin_project! {
         // for it (an untrusted client chain, see `tls::trust`, or a drain before its first
         // request).
         closed_early: bool,
+        // Mutual TLS: resolves when a trust change leaves the client chain unverified; `None`
+        // without mutual TLS and once it resolved.
+        distrust: Option<Distrust>,
     }
 }
 
 impl<C: HyperConnection> ConnectionDriver<C> {
-    pub(super) fn new(conn: C, clock: Arc<ConnClock>, shutdown: watch::Receiver<bool>) -> Self {
+    pub(super) fn new(
+        conn: C,
+        clock: Arc<ConnClock>,
+        shutdown: watch::Receiver<bool>,
+        distrust: Option<Distrust>,
+    ) -> Self {
         let now = Instant::now();
         let mut first = clock.next_check(now);
         if conn.can_park() {
@@ -346,6 +393,7 @@ impl<C: HyperConnection> ConnectionDriver<C> {
             shutdown,
             drain_armed: false,
             closed_early: false,
+            distrust,
         }
     }
 }
@@ -375,6 +423,15 @@ impl<C: HyperConnection> Future for ConnectionDriver<C> {
                     this.conn.as_mut().graceful();
                 }
             }
+        }
+        if this.distrust.as_mut().is_some_and(|d| d.failed(cx)) {
+            *this.distrust = None;
+            // Idle (parked, between requests, or before the first): closed now, unanswered,
+            // as nothing was asked. Serving: ended after the requests in flight, and a request
+            // that begins meanwhile is answered `Connection: close` (`Service`).
+            this.clock.request_close();
+            *this.closed_early = true;
+            this.conn.as_mut().graceful();
         }
         loop {
             if this.conn.as_mut().poll_serve(cx).is_ready() {
@@ -439,5 +496,7 @@ impl<C: HyperConnection> Future for ConnectionDriver<C> {
     }
 }
 
+#[cfg(test)]
+mod distrust_tests;
 #[cfg(test)]
 pub(super) mod tests;

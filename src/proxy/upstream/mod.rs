@@ -20,6 +20,8 @@ mod connect;
 mod connection;
 #[cfg(test)]
 mod exchange_tests;
+#[cfg(test)]
+mod identity_tests;
 mod idle;
 mod in_memory;
 mod slots;
