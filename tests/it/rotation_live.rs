@@ -146,10 +146,12 @@ print(json.dumps(call(2)), flush=True)
     let sb = Sandbox::new();
     let up = Upstream::start(&sb.socket("rpc"));
     let ca2 = Ca::new("ironic-proxy second test CA");
+    // No idle timeout within the test: the session's connection closes by the trust change.
     let proxy = sb
         .proxy()
         .listener("json-rpc", Tls::Mutual, &up.address())
         .watch_interval("100ms")
+        .limit_dur("idle_timeout", "1h")
         .start();
     let (crt, key) = sb.client_files(&sb.ca.client_leaf(&["conductor-1.ironic.test"]), "c1");
     // The client keeps trusting the proxy's CA; only the proxy's trust changes.

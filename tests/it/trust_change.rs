@@ -33,6 +33,17 @@ fn rotating() -> (Sandbox, Ca) {
     (sb, ca2)
 }
 
+/// A proxy whose connections no timeout closes while a test runs (an hour each, against the
+/// sandbox's seconds): a connection that closes was closed by the trust change.
+fn proxy_without_timeouts(sb: &Sandbox, listener: &str, up: &Upstream) -> Proxy {
+    sb.proxy()
+        .listener(listener, Tls::Mutual, &up.address())
+        .watch_interval("100ms")
+        .limit_dur("idle_timeout", "1h")
+        .limit_dur("request_head_timeout", "1h")
+        .start()
+}
+
 /// The rotation's last step: the sandbox's CA leaves the bundle; returns once `listener`
 /// follows the new trust.
 fn drop_first_ca(sb: &Sandbox, ca2: &Ca, proxy: &Proxy, listener: &str) {
@@ -48,11 +59,7 @@ fn drop_first_ca(sb: &Sandbox, ca2: &Ca, proxy: &Proxy, listener: &str) {
 fn idle_clients_of_a_ca_dropped_from_trust_are_disconnected_without_sending_anything() {
     let (sb, ca2) = rotating();
     let up = Upstream::start(&sb.socket("rpc"));
-    let proxy = sb
-        .proxy()
-        .listener("json-rpc", Tls::Mutual, &up.address())
-        .watch_interval("100ms")
-        .start();
+    let proxy = proxy_without_timeouts(&sb, "json-rpc", &up);
     let addr = proxy.addr("json-rpc");
     let old_leaf = sb.ca.client_leaf(&["conductor-1.ironic.test"]);
     let new_leaf = ca2.client_leaf(&["conductor-2.ironic.test"]);
@@ -130,11 +137,7 @@ fn a_request_in_flight_when_its_ca_is_dropped_is_answered_with_connection_close(
             default_reply(r)
         }) as Responder,
     );
-    let proxy = sb
-        .proxy()
-        .listener("json-rpc", Tls::Mutual, &up.address())
-        .watch_interval("100ms")
-        .start();
+    let proxy = proxy_without_timeouts(&sb, "json-rpc", &up);
     let leaf = sb.ca.client_leaf(&["conductor-1.ironic.test"]);
     let cfg = tls_client_config(&sb.ca.pem, Some(&leaf), &[b"http/1.1"]);
     let mut conn = HttpConn::tls(proxy.addr("json-rpc"), cfg).expect("connects");
@@ -166,11 +169,7 @@ fn a_request_in_flight_when_its_ca_is_dropped_is_answered_with_connection_close(
 fn an_idle_http2_connection_of_a_ca_dropped_from_trust_gets_goaway() {
     let (sb, ca2) = rotating();
     let up = Upstream::start(&sb.socket("api"));
-    let proxy = sb
-        .proxy()
-        .listener("api", Tls::Mutual, &up.address())
-        .watch_interval("100ms")
-        .start();
+    let proxy = proxy_without_timeouts(&sb, "api", &up);
     let addr = proxy.addr("api");
     let leaf = sb.ca.client_leaf(&["conductor-1.ironic.test"]);
     let cfg = tls_client_config(&sb.ca.pem, Some(&leaf), &[b"h2"]);
