@@ -20,8 +20,6 @@ mod connect;
 mod connection;
 #[cfg(test)]
 mod exchange_tests;
-#[cfg(test)]
-mod identity_tests;
 mod idle;
 mod in_memory;
 mod slots;
