@@ -1,8 +1,9 @@
 //! Rotation reaches live connections (issue 43): after the trust bundle drops a CA, Ironic's
 //! own client, holding a keep-alive connection from that CA, is closed and refused at its next
 //! handshake (the connection-level cases are in `trust_change`). After our certificate is
-//! renewed, the next request through the egress reaches the peer over a new connection
-//! presenting the new certificate (the peer records the client certificate of every request).
+//! renewed, the egress closes its idle pooled connection to the peer, and the next request
+//! reaches the peer over a new connection presenting the new certificate (the peer records the
+//! client certificate of every request).
 //!
 //! Both wait for the event that says the change took effect (the listener's or the egress's
 //! "TLS configuration follows the new identity" log line), never for time.
@@ -96,12 +97,24 @@ fn after_a_renewal_the_next_request_through_the_egress_presents_the_new_certific
     assert_eq!(call(1), first, "the live certificate");
     assert_eq!(call(2), first, "the same, on the pooled connection");
 
+    assert_eq!(peer.connections_closed(), 0, "one pooled connection, open");
+
     egress.signal("HUP");
     egress
         .wait_log(IO_TIMEOUT, |l| {
             l.contains("TLS configuration follows the new identity") && l.contains("(egress)")
         })
         .expect("the egress follows the renewed identity");
+    // The pooled connection made with the replaced certificate is closed while idle, without
+    // a request on it.
+    let closed = support::poll_until(IO_TIMEOUT, || {
+        (peer.connections_closed() == 1).then_some(())
+    });
+    assert!(
+        closed.is_some(),
+        "the egress closes its idle pooled connection"
+    );
+    assert_eq!(peer.hits().len(), 2, "no request on it since");
     let renewed = exported();
     assert_ne!(renewed, first, "SIGHUP re-issued the certificate");
     assert_eq!(
