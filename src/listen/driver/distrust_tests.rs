@@ -21,7 +21,7 @@ use tokio::time::Instant;
 /// A mutual listener's TLS following published identity generations; CA 1 and CA 2 trusted at
 /// first.
 struct Trust {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     ca1: GeneratedCa,
     ca2: GeneratedCa,
     tx: watch::Sender<Arc<Material>>,
@@ -43,7 +43,7 @@ impl Trust {
         let closed = Counter::default();
         let listener = ListenerTrust::new("api".to_owned(), tls.clone(), closed.clone());
         Self {
-            _dir: dir,
+            dir,
             ca1,
             ca2,
             tx,
@@ -67,7 +67,7 @@ impl Trust {
 
     /// The rotation's last step: CA 1 leaves the trust bundle.
     async fn drop_ca1(&self) {
-        let m = material(self._dir.path(), &self.ca2, &self.ca2.cert_pem);
+        let m = material(self.dir.path(), &self.ca2, &self.ca2.cert_pem);
         publish(&self.tx, &self.tls, m).await;
     }
 }

@@ -1,8 +1,8 @@
 //! Running one connection to its end: hyper's HTTP/1.1 or HTTP/2 connection, the connection's
 //! deadlines (see `conn`), the server's drain and, on a mutual-TLS connection, trust changes
-//! ([`Distrust`]), in one hand-written future. Hand-written so
-//! the connection is stored once: an `async fn` keeps its arguments for its whole life, and a
-//! second copy of the hyper connection would be part of every idle connection's memory.
+//! ([`Distrust`]), in one hand-written future. Hand-written so the connection is stored once:
+//! an `async fn` keeps its arguments for its whole life, and a second copy of the hyper
+//! connection would be part of every idle connection's memory.
 //!
 //! **Parking (HTTP/1.1).** hyper holds an 8 KiB read buffer and an 8 KiB write buffer for every
 //! connection from its first byte to its close, idle or not, and no setting changes that. A
