@@ -27,6 +27,7 @@ use super::guard::Guard;
 use super::io::WatchedStream;
 use super::service::Service;
 use bytes::Bytes;
+pub(super) use distrust::Distrust;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::gauge::Gauge;
@@ -298,44 +299,6 @@ where
     }
 }
 
-/// A mutual-TLS connection's side of trust changes: resolves once its client chain no longer
-/// verifies (`tls::trust`), whether the connection is idle, parked or serving. The driver then
-/// ends it as a drain does: an idle connection closes at once, one serving requests after them
-/// (`Connection: close` on HTTP/1.1, GOAWAY on HTTP/2).
-pub(super) struct Distrust {
-    /// The listener's configuration changes, looked at (an atomic load) before `wait` is
-    /// polled, for the reason the drain's watch is (see [`ConnectionDriver::poll`]).
-    changes: watch::Receiver<u64>,
-    /// Checks the chain at once and after every change; resolves when it fails.
-    wait: Pin<Box<dyn Future<Output = ()> + Send>>,
-    /// `wait` has been polled once, so its waker is registered with the listener's watch.
-    armed: bool,
-}
-
-impl Distrust {
-    pub(super) fn new(
-        changes: watch::Receiver<u64>,
-        wait: impl Future<Output = ()> + Send + 'static,
-    ) -> Self {
-        Self {
-            changes,
-            wait: Box::pin(wait),
-            armed: false,
-        }
-    }
-
-    /// Whether the chain was found failing, polling `wait` only if a change came since.
-    fn failed(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.armed && !self.changes.has_changed().unwrap_or(false) {
-            return false;
-        }
-        self.armed = true;
-        // Marked seen before `wait` looks: a change after this is seen on the next poll.
-        self.changes.mark_unchanged();
-        self.wait.as_mut().poll(cx).is_ready()
-    }
-}
-
 pin_project_lite::pin_project! {
     /// Runs a connection to completion, closing it at the clock's deadline or gracefully on
     /// drain, and parking it when idle. One timer per connection, re-armed only when it fires
@@ -496,6 +459,7 @@ impl<C: HyperConnection> Future for ConnectionDriver<C> {
     }
 }
 
+mod distrust;
 #[cfg(test)]
 mod distrust_tests;
 #[cfg(test)]
