@@ -53,3 +53,4 @@ mod sidecar_parking;
 mod sidecar_reload;
 mod stop_sequence;
 mod tls_policy;
+mod trust_change;
