@@ -51,5 +51,6 @@ mod sidecar_lone_upstream;
 mod sidecar_mtls;
 mod sidecar_parking;
 mod sidecar_reload;
+mod sidecar_vip;
 mod stop_sequence;
 mod tls_policy;
