@@ -59,7 +59,7 @@ enum Command {
     /// Leaf certificates: `cert issue`, `cert show`.
     #[command(subcommand)]
     Cert(cli::pki::CertCommand),
-    /// The Kubernetes kit: `kit secrets`.
+    /// The Kubernetes kit: `kit secrets`, `kit check`.
     #[command(subcommand)]
     Kit(cli::kit::KitCommand),
 }
