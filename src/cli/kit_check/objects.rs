@@ -125,13 +125,15 @@ fn has_digest(image: &str) -> bool {
         .is_some_and(|(_, hex)| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// An image reference after kustomize's `images` transformer: the entry whose `name` is the
-/// image's name (without tag or digest) gives its new name, tag and digest.
-fn resolve(image: &str, overrides: &BTreeMap<String, ImageOverride>) -> String {
+/// An image reference after kustomize's `images` transformers, applied in order (a base's
+/// first): an entry whose `name` is the image's current name (without tag or digest) gives its
+/// new name and tag, or a digest, which replaces the tag (kustomize writes `name@digest`).
+fn resolve(image: &str, overrides: &[(String, ImageOverride)]) -> String {
     let (rest, mut digest) = match image.split_once('@') {
         Some((r, d)) => (r, Some(d.to_owned())),
         None => (image, None),
     };
+    // A `:` after the last `/` starts the tag (`registry:5000/x` has a port, no tag).
     let slash = rest.rfind('/').map_or(0, |i| i + 1);
     let (mut name, mut tag) = match rest[slash..].rfind(':') {
         Some(i) => (
@@ -140,15 +142,19 @@ fn resolve(image: &str, overrides: &BTreeMap<String, ImageOverride>) -> String {
         ),
         None => (rest.to_owned(), None),
     };
-    if let Some(o) = overrides.get(&name) {
+    for (matched, o) in overrides {
+        if *matched != name {
+            continue;
+        }
         if let Some(n) = &o.new_name {
             name.clone_from(n);
         }
-        if let Some(t) = &o.new_tag {
-            tag = Some(t.clone());
-        }
         if let Some(d) = &o.digest {
             digest = Some(d.clone());
+            tag = None;
+        } else if let Some(t) = &o.new_tag {
+            tag = Some(t.clone());
+            digest = None;
         }
     }
     let mut out = name;
@@ -167,30 +173,42 @@ mod tests {
 
     #[test]
     fn images_resolve_as_kustomize_rewrites_them() {
-        let mut o = BTreeMap::new();
         let d = format!("sha256:{}", "a".repeat(64));
-        o.insert(
-            "quay.io/metal3-io/ironic".to_owned(),
-            ImageOverride {
-                new_tag: Some("v29.0.0".into()),
-                digest: Some(d.clone()),
-                ..ImageOverride::default()
-            },
-        );
-        o.insert(
-            "ironic-proxy".to_owned(),
-            ImageOverride {
-                new_name: Some("registry.example:5000/ironic-proxy".into()),
-                new_tag: Some("0.1.0".into()),
-                ..ImageOverride::default()
-            },
-        );
+        let entry =
+            |name: &str, new_name: Option<&str>, tag: Option<&str>, digest: Option<&str>| {
+                (
+                    name.to_owned(),
+                    ImageOverride {
+                        new_name: new_name.map(str::to_owned),
+                        new_tag: tag.map(str::to_owned),
+                        digest: digest.map(str::to_owned),
+                    },
+                )
+            };
+        // The kit's base, then an operator's overlay.
+        let o = [
+            entry("quay.io/metal3-io/ironic", None, Some("main"), None),
+            entry("ironic-proxy", Some("ironic-proxy"), Some("0.1.0"), None),
+            entry("quay.io/metal3-io/ironic", None, None, Some(&d)),
+            entry(
+                "ironic-proxy",
+                Some("registry.example:5000/ironic-proxy"),
+                Some("0.2.0"),
+                None,
+            ),
+        ];
         let ironic = resolve("quay.io/metal3-io/ironic:main", &o);
-        assert_eq!(ironic, format!("quay.io/metal3-io/ironic:v29.0.0@{d}"));
+        assert_eq!(ironic, format!("quay.io/metal3-io/ironic@{d}"));
         assert!(has_digest(&ironic));
         let proxy = resolve("ironic-proxy", &o);
-        assert_eq!(proxy, "registry.example:5000/ironic-proxy:0.1.0");
+        assert_eq!(proxy, "registry.example:5000/ironic-proxy:0.2.0");
         assert!(!has_digest(&proxy));
+        // Renamed by the base: the overlay's entry for the old name no longer matches.
+        let renamed = [
+            entry("app", Some("mirror/app"), None, None),
+            entry("app", None, None, Some(&d)),
+        ];
+        assert_eq!(resolve("app:1", &renamed), "mirror/app:1");
         assert_eq!(resolve("localhost:5000/x:1", &o), "localhost:5000/x:1");
         assert!(!has_digest("x@sha256:abc"));
     }
