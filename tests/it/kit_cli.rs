@@ -545,14 +545,18 @@ fn kit_check_names_each_broken_fact_with_its_fix() {
     let (_, report) = kit_check(&Site { psa: None, ..GOOD });
     let line = only_failure(&report, "namespace.psa");
     assert!(
-        line.contains("pod-security.kubernetes.io/enforce: (none)"),
+        line.contains("has no pod-security.kubernetes.io/enforce label"),
         "{line}"
     );
     let (_, report) = kit_check(&Site {
         psa: Some("baseline"),
         ..GOOD
     });
-    only_failure(&report, "namespace.psa");
+    let line = only_failure(&report, "namespace.psa");
+    assert!(
+        line.contains("enforce: baseline: host-network pods are refused"),
+        "{line}"
+    );
 
     let (_, report) = kit_check(&Site {
         proxy_digest: false,

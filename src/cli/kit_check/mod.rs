@@ -118,12 +118,16 @@ pub fn check(args: &CheckArgs) -> Report {
     lines.push(match &ca {
         Ok(Some(c)) => Line::pass(
             "ca",
-            format!("{}: name constraints {c}", args.ca_dir.display()),
+            format!(
+                "{}: ca.crt, ca.key, ca-bundle.crt; name constraints: {c}",
+                args.ca_dir.display()
+            ),
         ),
         Ok(None) => Line::pass(
             "ca",
             format!(
-                "{}: no name constraints (any address can be certified)",
+                "{}: ca.crt, ca.key, ca-bundle.crt; no name constraints (any address can be \
+                 certified)",
                 args.ca_dir.display()
             ),
         ),

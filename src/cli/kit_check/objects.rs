@@ -69,11 +69,15 @@ pub(super) fn namespace(o: &Overlay) -> Line {
             "namespace.psa",
             format!("Namespace {ns} has {PSA_ENFORCE}: privileged"),
         ),
-        Some(level) => Line::fail(
+        Some(Some(level)) => Line::fail(
+            "namespace.psa",
+            format!("Namespace {ns} has {PSA_ENFORCE}: {level}: host-network pods are refused"),
+            fix,
+        ),
+        Some(None) => Line::fail(
             "namespace.psa",
             format!(
-                "Namespace {ns} has {PSA_ENFORCE}: {}: host-network pods are refused",
-                level.map_or("(none)", String::as_str)
+                "Namespace {ns} has no {PSA_ENFORCE} label: the cluster's default level applies,                  which refuses host-network pods unless it is privileged"
             ),
             fix,
         ),
