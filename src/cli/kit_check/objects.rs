@@ -77,7 +77,8 @@ pub(super) fn namespace(o: &Overlay) -> Line {
         Some(None) => Line::fail(
             "namespace.psa",
             format!(
-                "Namespace {ns} has no {PSA_ENFORCE} label: the cluster's default level applies,                  which refuses host-network pods unless it is privileged"
+                "Namespace {ns} has no {PSA_ENFORCE} label: the cluster's default level applies, \
+                 which refuses host-network pods unless it is privileged"
             ),
             fix,
         ),
