@@ -28,7 +28,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QEMU = "qemu-system-x86_64"
-CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ironic-proxy")
+CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                     "ironic-proxy")
 # TCG on a shared 2-core machine: boot plus IPA's start takes minutes, not seconds.
 DEADLINE = 1200
 SAN = "IP:10.0.2.2"
