@@ -228,6 +228,10 @@ def main():
                  lambda: serial_lines(serial, "Failed looking up node", "lookup"),
                  qemu, serial, deadline)
         passed += 1
+        tools = serial_lines(serial, "ironic-proxy-ipa: tools:")
+        if tools != ["ironic-proxy-ipa: tools: all present"]:
+            sys.exit(f"FAIL: the ramdisk lacks programs IPA runs: {tools}")
+        passed += 1
         print("serial console, the lines that show it:")
         for line in serial_lines(serial, "ironic-proxy-ipa:", "CERTIFICATE_VERIFY_FAILED",
                                  "lookup", "Lookup", "10.0.2.2"):
