@@ -59,7 +59,7 @@ enum Command {
     /// Leaf certificates: `cert issue`, `cert show`.
     #[command(subcommand)]
     Cert(cli::pki::CertCommand),
-    /// The Kubernetes kit: `kit secrets`.
+    /// The Kubernetes kit: `kit secrets`, `kit check`.
     #[command(subcommand)]
     Kit(cli::kit::KitCommand),
 }
@@ -99,7 +99,13 @@ fn main() -> ExitCode {
     let _log = init_tracing(cli.log_format).flush_on_drop();
     match cli.command {
         Command::Run(source) => match source.load() {
-            Ok(config) => run(config),
+            Ok(config) => match outside_the_ca(&config) {
+                Some(detail) => {
+                    eprintln!("ironic-proxy: scale-out: ca: {detail}");
+                    ExitCode::from(1)
+                }
+                None => run(config),
+            },
             Err(e) => fail(e.as_ref()),
         },
         Command::Check(source) => {
@@ -188,6 +194,16 @@ fn log_filter(spec: Option<&str>) -> tracing_subscriber::filter::Targets {
             default()
         }),
     }
+}
+
+/// Why the leaf cannot be issued when one of our names is outside the CA's constraints, naming
+/// the variable the address came from (`IRONIC_PROXY_API_VIPS`, `POD_IPS`): issuing would fail
+/// too, with the bare SAN. The other scale-out checks do not stop `run`.
+fn outside_the_ca(config: &Config) -> Option<String> {
+    ironic_proxy::config::scale_out(config, &ProcessEnv)
+        .into_iter()
+        .find(|f| f.check == "ca" && !f.ok)
+        .map(|f| f.detail)
 }
 
 fn check(source: &Source) -> ExitCode {

@@ -1,13 +1,13 @@
-"""Checks 11 to 15: the documents agree with themselves and with what the kit ships.
+"""Checks 14 to 18: the documents agree with themselves and with what the kit ships.
 
-11. Every `skopeo copy` keeps the digest (`--preserve-digests`): the kit pins images by digest.
-12. No hedge about the shipped binary ("does not write it yet"): a document describes this
+14. Every `skopeo copy` keeps the digest (`--preserve-digests`): the kit pins images by digest.
+15. No hedge about the shipped binary ("does not write it yet"): a document describes this
     version's behaviour, not an older one's.
-13. README.md, install.md, operate.md: a ```sh block that runs `scripts/...` or `cargo` says,
+16. README.md, install.md, operate.md: a ```sh block that runs `scripts/...` or `cargo` says,
     in the lines just before it, that it needs a checkout (the quick start needs none).
-14. No document says the admin listener binds `[::]` (it never does: the profiles bind the pod
+17. No document says the admin listener binds `[::]` (it never does: the profiles bind the pod
     IPs and loopback, and so does the boot-files component).
-15. A doctor sample (a block ending `N checks, M failed`) and a prose list of doctor's lines
+18. A doctor sample (a block ending `N checks, M failed`) and a prose list of doctor's lines
     (`doctor` prints one `PASS` line per check (...)) name every check family doctor runs by
     default (src/doctor/*.rs; `peers`, `egress` need --peers, `listener` a boot TLS listener).
 """

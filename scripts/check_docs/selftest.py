@@ -37,8 +37,16 @@ SEEDS = [
     ("a doctor sample", "docs/install.md", "PASS scale.ca: the CA has no name constraints\n", "",
      "sample output lacks the scale"),
     ("a doctor FAIL row", "docs/troubleshoot.md",
-     "| `admin: ADDR: ...` / `admin: ADDR/readyz answers 503: <reason>` |", "| - |",
-     "`FAIL admin:"),
+     "<a id=\"doctor-admin\"></a>`admin: ADDR: ...` / `admin: ADDR/readyz answers 503: <reason>`",
+     "-", "`FAIL admin:"),
+    ("a doctor check order", "docs/reference.md", "| `identity.sans` |", "| `admin` |",
+     "doctor's table lists doctor-identity-expiry after doctor-admin"),
+    ("a doctor FAIL line's link", "docs/troubleshoot.md", "<a id=\"doctor-peers-dns-each\"></a>",
+     "", "link #doctor-peers-dns-each; no row"),
+    ("a help text's count", "src/cli/kit.rs", "the kit's five Secrets", "the kit's four Secrets",
+     "says four Secrets; `kit secrets` prints 5"),
+    ("a kit check row", "docs/troubleshoot.md", "<a id=\"kit-check-vip-ca\"></a>", "",
+     "linking #kit-check-vip-ca; no row"),
 ]
 COPY = ["README.md", "BENCHMARKS.md", "Cargo.toml", "Dockerfile", "docs", "config", "src",
         "scripts", "tests", "benches", ".ci"]

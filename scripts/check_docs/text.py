@@ -114,11 +114,16 @@ def headings(text):
     return out
 
 
+def targets(text):
+    """The anchors of a document: its headings' slugs and its `<a id="...">` (table rows)."""
+    return {s for _, s in headings(text)} | set(re.findall(r'<a id="([^"]+)"></a>', text))
+
+
 def check_links(all_docs):
     anchors = {}
     for path, text in all_docs:
-        anchors[path] = {s for _, s in headings(text)}
-    anchors["BENCHMARKS.md"] = {s for _, s in headings(read("BENCHMARKS.md"))}
+        anchors[path] = targets(text)
+    anchors["BENCHMARKS.md"] = targets(read("BENCHMARKS.md"))
     for path, text in all_docs:
         base = os.path.dirname(path)
         for n, line, fenced in prose_lines(text):
@@ -132,10 +137,11 @@ def check_links(all_docs):
                     if not os.path.isfile(os.path.join(ROOT, dest)):
                         fail(f"{path}:{n}", f"links to {target}, which does not exist")
                         continue
-                    anchors[dest] = {s for _, s in headings(read(dest))}
+                    anchors[dest] = targets(read(dest))
                 count("section links")
                 if anchor not in anchors[dest]:
-                    fail(f"{path}:{n}", f"links to {target or path}#{anchor}: no such heading")
+                    fail(f"{path}:{n}", f"links to {target or path}#{anchor}: no such heading "
+                         "or row id")
         # A table of contents: the link list before the first `## `.
         head = text.split("\n## ", 1)[0]
         toc = re.findall(r"^- \[[^\]]+\]\(#([^)]+)\)", head, re.M)

@@ -1,4 +1,4 @@
-//! `kit secrets`: the Secrets the Kubernetes kit (config/k8s/) mounts, printed as YAML manifests
+//! `kit secrets`: the five Secrets the Kubernetes kit (config/k8s/) mounts, printed as YAML manifests
 //! for `kubectl apply -f`, so that an install needs no hand-made Secret.
 //!
 //! What the kit reads, by Secret and key (config/k8s/*/ironic.yaml, ironic-proxy-lb.yaml,
@@ -39,9 +39,14 @@ const BCRYPT_COST: u32 = 5;
 /// `ironic-proxy kit ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum KitCommand {
-    /// Print the kit's Secrets as YAML on stdout (ironic-proxy-ca, ironic-htpasswd,
-    /// ironic-proxy-egress, ironic-mariadb); generated passwords are shown once, on stderr.
+    /// Print the kit's five Secrets as YAML on stdout (ironic-proxy-ca, ironic-htpasswd,
+    /// ironic-proxy-egress, ironic-mariadb, ironic-proxy-metrics); generated passwords are shown
+    /// once, on stderr.
     Secrets(SecretsArgs),
+    /// Check a site overlay and its CA before applying them (offline): node addresses, VIP and
+    /// DHCP ranges against the CA and the networks, host ports, the namespace's Pod Security
+    /// label, image digests. One line per check; exit 1 when any fails.
+    Check(super::kit_check::CheckArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -75,7 +80,7 @@ pub struct SecretsArgs {
 pub enum KitError {
     #[error("--namespace {0:?} is not a Kubernetes namespace name (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63)")]
     Namespace(String),
-    #[error("--api-credentials-secret {0:?} is not a Secret name of its own (lowercase RFC 1123, not one of the kit's four)")]
+    #[error("--api-credentials-secret {0:?} is not a Secret name of its own (lowercase RFC 1123, not one of the kit's five)")]
     SecretName(String),
     #[error(
         "--{flag} {value:?} is not a usable user name (1-64 of letters, digits, '.', '_', '-')"
@@ -105,9 +110,12 @@ pub enum KitError {
     Random,
     #[error("hashing the htpasswd entry failed")]
     Hash(#[source] bcrypt::BcryptError),
+    #[error("kit check: {0} check(s) failed")]
+    Failed(usize),
 }
 
-/// Runs a `kit` command: manifests on stdout, generated passwords on stderr.
+/// Runs a `kit` command: manifests (or `check`'s report) on stdout, generated passwords on
+/// stderr.
 pub fn run(cmd: KitCommand) -> Result<(), KitError> {
     match cmd {
         KitCommand::Secrets(args) => {
@@ -123,6 +131,19 @@ pub fn run(cmd: KitCommand) -> Result<(), KitError> {
                 eprintln!("{line}");
             }
             Ok(())
+        }
+        KitCommand::Check(args) => {
+            let report = super::kit_check::check(&args);
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(report.text().as_bytes())
+                .and_then(|()| stdout.flush())
+                .map_err(KitError::Write)?;
+            if report.passed() {
+                Ok(())
+            } else {
+                Err(KitError::Failed(report.failed()))
+            }
         }
     }
 }
@@ -226,7 +247,7 @@ fn secret(out: &mut String, namespace: &str, name: &str, data: &[(&str, Vec<u8>)
 
 /// ca.crt and ca.key (checked to be a usable CA and its key) and ca-bundle.crt (checked to hold
 /// that CA), as the Secret's data.
-fn ca_files(dir: &Path) -> Result<[(&'static str, Vec<u8>); 3], KitError> {
+pub(super) fn ca_files(dir: &Path) -> Result<[(&'static str, Vec<u8>); 3], KitError> {
     let (crt, key, bundle) = (
         dir.join("ca.crt"),
         dir.join("ca.key"),

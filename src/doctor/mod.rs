@@ -82,7 +82,8 @@ impl Report {
         self.checks.iter().all(|c| c.verdict != Verdict::Fail)
     }
 
-    /// `PASS name: detail` lines and a summary line.
+    /// `PASS name: detail` lines and a summary line; a FAIL line ends with its row in
+    /// docs/troubleshoot.md, `(see docs/troubleshoot.md#doctor-...)`.
     pub fn text(&self) -> String {
         let mut o = String::new();
         for c in &self.checks {
@@ -91,7 +92,11 @@ impl Report {
                 Verdict::Fail => "FAIL",
                 Verdict::Warn => "WARN",
             };
-            let _ = writeln!(o, "{v} {}: {}", c.name, c.detail);
+            let _ = write!(o, "{v} {}: {}", c.name, c.detail);
+            if c.verdict == Verdict::Fail {
+                let _ = write!(o, " (see docs/troubleshoot.md#{})", anchor(&c.name));
+            }
+            o.push('\n');
         }
         let failed = self
             .checks
@@ -124,6 +129,29 @@ impl Report {
         o.push_str("]}\n");
         o
     }
+}
+
+/// The anchor of a check's row in docs/troubleshoot.md ("Doctor FAIL lines"): `doctor-` and the
+/// name without its bracketed parts (listener, peer address, index), `.` and `_` as `-`, and
+/// `-each` for a name that ends in one (a line per item, kept apart from the bare name: `peers`
+/// and `peers[ADDR]` are two checks): `upstream[api].peer[10.0.0.2:6385].tls` is
+/// `doctor-upstream-peer-tls`, `peers[10.0.0.2:6189]` `doctor-peers-each`.
+pub(crate) fn anchor(name: &str) -> String {
+    let mut out = String::from("doctor-");
+    let mut depth = 0usize;
+    for c in name.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            '.' | '_' if depth == 0 => out.push('-'),
+            c if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    if name.ends_with(']') {
+        out.push_str("-each");
+    }
+    out
 }
 
 /// A JSON string literal (RFC 8259 §7).
@@ -197,7 +225,8 @@ mod tests {
         assert!(!r.passed());
         assert_eq!(
             r.text(),
-            "PASS a: fine\nFAIL b: broken across \"lines\"\n2 checks, 1 failed\n"
+            "PASS a: fine\nFAIL b: broken across \"lines\" (see docs/troubleshoot.md#doctor-b)\n\
+             2 checks, 1 failed\n"
         );
         assert_eq!(
             r.json(),
@@ -205,5 +234,25 @@ mod tests {
              {\"check\":\"b\",\"verdict\":\"fail\",\"detail\":\"broken across \\\"lines\\\"\"}]}\n"
         );
         assert_eq!(json_string("\u{1}\\"), "\"\\u0001\\\\\"");
+    }
+
+    #[test]
+    fn anchors_drop_listeners_addresses_and_indexes() {
+        for (name, anchor) in [
+            ("identity", "doctor-identity"),
+            ("scale.egress_targets", "doctor-scale-egress-targets"),
+            ("trust[2]", "doctor-trust-each"),
+            (
+                "upstream[api].peer[[fd00::2]:6385].tls",
+                "doctor-upstream-peer-tls",
+            ),
+            ("listener[ipxe-tls].ipxe_tls", "doctor-listener-ipxe-tls"),
+            ("peers", "doctor-peers"),
+            ("peers.dns[api]", "doctor-peers-dns-each"),
+            ("peers[10.0.0.2:6189]", "doctor-peers-each"),
+            ("egress[json-rpc-egress].json-rpc", "doctor-egress-json-rpc"),
+        ] {
+            assert_eq!(super::anchor(name), anchor, "{name}");
+        }
     }
 }

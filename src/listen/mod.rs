@@ -333,7 +333,7 @@ impl Listener {
                 return None;
             };
             if let (Some(trust), Some(by)) = (&self.trust, &verified.by.clients) {
-                live = Some(Box::new(LiveChain::new(
+                live = Some(Arc::new(LiveChain::new(
                     trust.clone(),
                     client.chain,
                     verified.generation,

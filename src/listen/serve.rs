@@ -4,7 +4,7 @@
 //! accept loops in `mod.rs` and, without a bound socket, by [`serve_stream`].
 
 use super::conn::ConnClock;
-use super::driver::{ConnectionDriver, Parking};
+use super::driver::{ConnectionDriver, Distrust, Parking};
 use super::guard;
 use super::io::{Http1, RefusedHead, WatchedStream};
 use super::service::Service;
@@ -53,7 +53,7 @@ impl Listener {
         io: S,
         h2: bool,
         info: ConnInfo,
-        live: Option<Box<LiveChain>>,
+        live: Option<Arc<LiveChain>>,
         clock: Arc<ConnClock>,
         shutdown: watch::Receiver<bool>,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>>
@@ -74,6 +74,7 @@ impl Listener {
                 info: info.clone(),
             }))
         });
+        let distrust = live.as_ref().map(|live| distrust(live, &info, &clock));
         let svc = Service {
             proxy,
             info,
@@ -93,7 +94,7 @@ impl Listener {
                 .max_header_list_size(u32::try_from(limits.header_bytes).unwrap_or(u32::MAX))
                 .max_concurrent_streams(256)
                 .serve_connection(io, svc);
-            Box::pin(ConnectionDriver::new(conn, clock, shutdown))
+            Box::pin(ConnectionDriver::new(conn, clock, shutdown, distrust))
         } else {
             // max_buf_size alone is not a limit on the head: a head that arrives in one large
             // read is parsed whole. max_header_size is exact (431 above it).
@@ -107,9 +108,21 @@ impl Listener {
                 // stack (see there).
                 .keep_alive(true);
             let conn = Parking::new(builder, io, svc, framing, parked);
-            Box::pin(ConnectionDriver::new(conn, clock, shutdown))
+            Box::pin(ConnectionDriver::new(conn, clock, shutdown, distrust))
         }
     }
+}
+
+/// What ends a mutual-TLS connection when a trust change leaves its client chain unverified:
+/// the check, and the one log line of the close.
+fn distrust(live: &Arc<LiveChain>, info: &Arc<ConnInfo>, clock: &Arc<ConnClock>) -> Distrust {
+    let changes = live.listener().changes();
+    let (live, info, clock) = (live.clone(), info.clone(), clock.clone());
+    let wait = async move {
+        let reason = live.clone().distrusted(live.listener().changes()).await;
+        super::service::untrusted(&live, &info, &reason, clock.in_flight());
+    };
+    Distrust::new(changes, wait)
 }
 
 /// Serves one already-accepted, already-decrypted connection to its end with exactly the

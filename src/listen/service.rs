@@ -5,7 +5,8 @@
 //! verifies against the listener's trust (`tls::trust`); once it does not, that request is
 //! served and the connection closes after it (`Connection: close` on HTTP/1.1, GOAWAY on
 //! HTTP/2, through the driver). The same for the first request of a connection that the server
-//! began draining before that request arrived.
+//! began draining before that request arrived. Between requests, the driver runs the same check
+//! when the trust changes ([`untrusted`]).
 
 use super::conn::ConnClock;
 use super::guard;
@@ -24,8 +25,9 @@ pub(super) struct Service {
     pub(super) clock: Arc<ConnClock>,
     /// HTTP/1.1: the second reader of the connection's bytes (see `guard`).
     pub(super) framing: Option<Arc<guard::Guard>>,
-    /// Mutual TLS: the client's chain, checked against the current trust before each request.
-    pub(super) live: Option<Box<LiveChain>>,
+    /// Mutual TLS: the client's chain, checked against the current trust before each request
+    /// (and by the driver when the trust changes).
+    pub(super) live: Option<Arc<LiveChain>>,
 }
 
 impl Service {
@@ -39,22 +41,33 @@ impl Service {
             Verdict::Keep => false,
             Verdict::Closing => true,
             Verdict::Close(reason) => {
-                let client = self
-                    .info
-                    .peer
-                    .map_or_else(|| "unix".to_owned(), |p| p.to_string());
-                let identity = self
-                    .info
-                    .identity
-                    .as_ref()
-                    .map(|id| id.display_name())
-                    .unwrap_or_default();
-                tracing::info!(listener = %live.listener().name, %client, %identity, reason = %reason,
-                    "client certificate chain no longer verifies against the trust bundle; closing the connection after this request");
+                untrusted(live, &self.info, &reason, self.clock.in_flight());
                 true
             }
         }
     }
+}
+
+/// Logs the one event of a connection closed because its client chain no longer verifies
+/// (counted by the check that found it, see `tls::trust`): the listener, the client's address
+/// and identity, rustls' reason, and the requests still answered before the close (0: closed
+/// at once).
+pub(super) fn untrusted(
+    live: &LiveChain,
+    info: &ConnInfo,
+    reason: &rustls::Error,
+    in_flight: usize,
+) {
+    let client = info
+        .peer
+        .map_or_else(|| "unix".to_owned(), |p| p.to_string());
+    let identity = info
+        .identity
+        .as_ref()
+        .map(|id| id.display_name())
+        .unwrap_or_default();
+    tracing::info!(listener = %live.listener().name, %client, %identity, %reason, in_flight,
+        "client certificate chain no longer verifies against the trust bundle; closing the connection after its requests in flight");
 }
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {

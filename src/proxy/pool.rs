@@ -170,6 +170,12 @@ impl Pool {
             metrics: opts.metrics.clone(),
         };
         let local_tls = opts.local_tls;
+        // The pool's connections all follow one client configuration (its `local` endpoint's
+        // towards an egress peer, or its peers'): its changes retire their idle connections.
+        let tls_changes = local_tls
+            .as_ref()
+            .map(PeerTls::changes)
+            .or_else(|| opts.peer_tls.as_ref().map(|c| c.changes()));
         let local = opts.local.map(|addr| {
             let endpoint = Arc::new(Endpoint::new(addr, local_tls, opts.limits));
             if has_dns {
@@ -222,7 +228,7 @@ impl Pool {
                 checker_metrics,
             ));
         }
-        tokio::spawn(report(Arc::downgrade(&pool), opts.metrics));
+        tokio::spawn(report(Arc::downgrade(&pool), opts.metrics, tls_changes));
         pool
     }
 
@@ -398,13 +404,36 @@ async fn follow(
     }
 }
 
+/// Resolves when `rx` announces a change (`true`) or its sender is gone (`false`); never
+/// without a receiver.
+async fn changed(rx: Option<&mut watch::Receiver<u64>>) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
 /// Publishes endpoint counts by state every second, and closes the idle upstream connections
-/// that have expired (without it they would wait for the endpoint's next request).
-async fn report(pool: std::sync::Weak<Pool>, metrics: Metrics) {
+/// that have expired (without it they would wait for the endpoint's next request). Also at
+/// once when the pool's TLS identity changes (`tls_changes`): idle connections made with the
+/// replaced certificate or trust are closed then, not at their next checkout.
+async fn report(
+    pool: std::sync::Weak<Pool>,
+    metrics: Metrics,
+    mut tls_changes: Option<watch::Receiver<u64>>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut shown: Vec<EndpointHealthLabels> = Vec::new();
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = changed(tls_changes.as_mut()) => {
+                if !changed {
+                    // The configuration is gone; the ticks go on.
+                    tls_changes = None;
+                }
+            }
+        }
         let Some(p) = pool.upgrade() else {
             for l in &shown {
                 metrics.endpoint_healthy.remove(l);

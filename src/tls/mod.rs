@@ -5,10 +5,11 @@
 //! default suites (ECDHE + AEAD only). Server configurations are rebuilt from every new
 //! [`Material`] generation and swapped into an `ArcSwap`, so the next handshake uses the new
 //! certificate and trust bundle. Established connections follow through the configuration's
-//! generation number ([`Reloadable::generation`]): a mutual-TLS server connection whose client
-//! chain no longer verifies against a new trust bundle is closed after its request in flight
+//! generation number ([`Reloadable::generation`]) and its change notice
+//! ([`Reloadable::changes`]): a mutual-TLS server connection whose client chain no longer
+//! verifies against a new trust bundle is closed at once, or after its requests in flight
 //! ([`trust`]), and a pooled client connection made with an older identity generation is not
-//! given another request (`proxy::upstream`).
+//! given another request and is closed once idle (`proxy::upstream`).
 
 pub mod allow;
 mod client_id;
@@ -159,12 +160,16 @@ fn server_config_with(
 /// identity generation and swapped in: the next handshake uses it. A generation that does not
 /// build keeps the previous configuration (logged). Every swap bumps [`Self::generation`], so
 /// a connection can tell with one atomic load whether the configuration it was made with is
-/// still the current one.
+/// still the current one, and publishes the new number to [`Self::changes`], so that idle
+/// connections and pools can act on a swap without waiting for their next request.
 pub struct Reloadable<T> {
     current: ArcSwap<T>,
     /// Bumped after every store: a reader that sees a number sees that configuration or a
     /// newer one ([`Self::load_with_generation`]).
     generation: AtomicU64,
+    /// The generation, sent after it was bumped: a receiver woken by it loads the new
+    /// configuration.
+    changed: watch::Sender<u64>,
 }
 
 /// A listener's server configuration.
@@ -178,6 +183,7 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
         Arc::new(Self {
             current: ArcSwap::new(config),
             generation: AtomicU64::new(0),
+            changed: watch::Sender::new(0),
         })
     }
 
@@ -199,9 +205,10 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
                         target.current.store(cfg);
                         // After the store (Release): see `load_with_generation`.
                         let generation = target.generation.fetch_add(1, Ordering::Release) + 1;
-                        // From here on new handshakes, and live connections at their next
-                        // request, follow the new identity: the moment a rotation takes effect.
+                        // From here on new handshakes follow the new identity, and live
+                        // connections and pools are told: the moment a rotation takes effect.
                         tracing::info!(%what, generation, serial = %material.serial, "TLS configuration follows the new identity");
+                        target.changed.send_replace(generation);
                     }
                     Err(e) => {
                         tracing::warn!(%what, error = %crate::error::chain(&e), "keeping the previous TLS configuration")
@@ -214,6 +221,13 @@ impl<T: Send + Sync + 'static> Reloadable<T> {
 
     pub fn load(&self) -> Arc<T> {
         self.current.load_full()
+    }
+
+    /// Receives every new generation number, after its configuration was stored. A receiver
+    /// made after a change does not see that change as new: compare [`Self::generation`] with
+    /// the one a connection was made under first.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// The number of configurations stored since the first.

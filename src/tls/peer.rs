@@ -37,6 +37,11 @@ impl PeerTls {
     pub fn generation(&self) -> u64 {
         self.config.generation()
     }
+
+    /// Receives every new generation of the client configuration (see [`Self::generation`]).
+    pub(crate) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.config.changes()
+    }
 }
 
 /// Client configuration for peers from one identity generation (HTTP/1.1 only).

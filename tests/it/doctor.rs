@@ -177,11 +177,37 @@ fn expired_ca_pem() -> String {
     params.self_signed(&key).expect("self-sign").pem()
 }
 
+/// `line`, a FAIL line without its link, is in the output, ending with the link to its row of
+/// docs/troubleshoot.md, which exists.
 fn has_line(out: &support::Output, line: &str) {
+    let name = line["FAIL ".len()..]
+        .split_once(": ")
+        .expect("FAIL name: detail")
+        .0;
+    // The name without its bracketed parts (listener, peer address, index).
+    let mut bare = String::new();
+    let mut depth = 0;
+    for c in name.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            c if depth == 0 => bare.push(if c == '.' || c == '_' { '-' } else { c }),
+            _ => {}
+        }
+    }
+    let each = if name.ends_with(']') { "-each" } else { "" };
+    let anchor = format!("doctor-{bare}{each}");
+    let full = format!("{line} (see docs/troubleshoot.md#{anchor})");
     assert!(
-        out.stdout.lines().any(|l| l == line),
-        "expected the line\n  {line}\nin\n{}",
+        out.stdout.lines().any(|l| l == full),
+        "expected the line\n  {full}\nin\n{}",
         out.stdout
+    );
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/troubleshoot.md"))
+        .expect("troubleshoot.md");
+    assert!(
+        doc.contains(&format!("id=\"{anchor}\"")),
+        "no row #{anchor} in troubleshoot.md"
     );
     assert_eq!(out.code, Some(1), "a failed check exits 1");
 }

@@ -156,6 +156,20 @@ fn kit_secrets_prints_every_secret_of_the_kit_and_shows_passwords_once() {
         ]
     );
     assert!(secrets.values().all(|(ns, _)| ns == "metal3"));
+    // `--help` and the refusal of a Secret name count what is printed.
+    let help = text(&ironic_proxy(&["kit", "--help"]).stdout);
+    assert!(help.contains("the kit's five Secrets"), "{help}");
+    let line = refused(&ironic_proxy(&[
+        "kit",
+        "secrets",
+        "--namespace",
+        "metal3",
+        "--ca-dir",
+        s(&ca),
+        "--api-credentials-secret",
+        "ironic-proxy-metrics",
+    ]));
+    assert!(line.contains("not one of the kit's five"), "{line}");
     assert_eq!(
         keys("ironic-proxy-ca"),
         ["ca-bundle.crt", "ca.crt", "ca.key"]
@@ -336,4 +350,251 @@ fn kit_secrets_refuses_bad_input_with_one_line_and_no_manifest() {
     fs::copy(other.join("ca.key"), ca.join("ca.key")).unwrap();
     let line = run("metal3", &ca, &[]);
     assert!(line.contains("does not match"), "{line}");
+}
+
+/// A site overlay as an operator writes it, on the real kit (config/k8s/standalone): its
+/// Namespace, the site facts as a patch of `ironic-proxy-site`, both images by digest. Each
+/// field breaks one thing when changed.
+struct Site {
+    nodes: &'static str,
+    vips: &'static str,
+    dhcp: &'static str,
+    psa: Option<&'static str>,
+    proxy_digest: bool,
+    /// Another file of the overlay (a workload of the operator's own).
+    extra: Option<&'static str>,
+}
+
+const GOOD: Site = Site {
+    nodes: "192.168.111.21,192.168.111.22,192.168.111.23",
+    vips: "192.168.111.5",
+    dhcp: "172.22.0.10,172.22.0.100",
+    psa: Some("privileged"),
+    proxy_digest: true,
+    extra: None,
+};
+
+fn write_site(dir: &Path, site: &Site) {
+    fs::create_dir_all(dir).unwrap();
+    let kit = concat!(env!("CARGO_MANIFEST_DIR"), "/config/k8s/standalone");
+    let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let proxy_digest = if site.proxy_digest {
+        format!("    digest: {}\n", digest('1'))
+    } else {
+        "    newTag: \"0.1.0\"\n".to_owned()
+    };
+    let extra = if site.extra.is_some() {
+        "  - extra.yaml\n"
+    } else {
+        ""
+    };
+    fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             namespace: metal3\nresources:\n  - namespace.yaml\n  - {kit}\n{extra}\
+             patches:\n  - path: site.yaml\nimages:\n  - name: ironic-proxy\n    \
+             newName: registry.example/ironic-proxy\n{proxy_digest}  \
+             - name: quay.io/metal3-io/ironic\n    digest: {}\n",
+            digest('2')
+        ),
+    )
+    .unwrap();
+    let labels = site.psa.map_or(String::new(), |level| {
+        format!("  labels:\n    pod-security.kubernetes.io/enforce: {level}\n")
+    });
+    fs::write(
+        dir.join("namespace.yaml"),
+        format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: metal3\n{labels}"),
+    )
+    .unwrap();
+    fs::write(
+        dir.join("site.yaml"),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ironic-proxy-site\ndata:\n  \
+             IRONIC_PROXY_NODE_ADDRESSES: \"{}\"\n  IRONIC_PROXY_API_VIPS: \"{}\"\n  \
+             IRONIC_PROXY_PEER_CIDRS: \"192.168.111.0/24\"\n  \
+             IRONIC_PROXY_PROVISIONING_CIDRS: \"172.22.0.0/24,192.168.111.0/24\"\n  \
+             DHCP_RANGE: \"{}\"\n",
+            site.nodes, site.vips, site.dhcp
+        ),
+    )
+    .unwrap();
+    if let Some(extra) = site.extra {
+        fs::write(dir.join("extra.yaml"), extra).unwrap();
+    }
+}
+
+/// `kit check` on `site` with a CA that permits the namespace's names and the nodes' network:
+/// (exit code, stdout).
+fn kit_check(site: &Site) -> (Option<i32>, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    ok(&ironic_proxy(&[
+        "ca",
+        "init",
+        "--out",
+        s(&ca),
+        "--permit-dns",
+        "metal3.svc",
+        "--permit-ip",
+        "192.168.111.0/24",
+    ]));
+    let dir = tmp.path().join("site");
+    write_site(&dir, site);
+    let out = ironic_proxy(&["kit", "check", "--site", s(&dir), "--ca-dir", s(&ca)]);
+    (out.status.code(), text(&out.stdout))
+}
+
+/// The checks that failed, by name.
+fn failed(report: &str) -> Vec<&str> {
+    report
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL "))
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name))
+        .collect()
+}
+
+/// The one FAIL line of `report`: it names its check, what is wrong, its fix and its row in
+/// docs/troubleshoot.md, which exists.
+fn only_failure<'a>(report: &'a str, check: &str) -> &'a str {
+    assert_eq!(failed(report), [check], "{report}");
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("FAIL "))
+        .expect("a FAIL line");
+    let anchor = format!("kit-check-{}", check.replace(['.', '_'], "-"));
+    assert!(
+        line.contains(". Fix: ") && line.ends_with(&format!("See docs/troubleshoot.md#{anchor}")),
+        "{line}"
+    );
+    let doc =
+        fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/troubleshoot.md")).unwrap();
+    assert!(
+        doc.contains(&format!("id=\"{anchor}\"")),
+        "no row #{anchor} in troubleshoot.md"
+    );
+    line
+}
+
+#[test]
+fn kit_check_passes_a_correct_overlay_on_the_kit() {
+    let (code, report) = kit_check(&GOOD);
+    assert_eq!(code, Some(0), "{report}");
+    for check in [
+        "site",
+        "ca",
+        "nodes.ca",
+        "nodes.peer_cidrs",
+        "vip.ca",
+        "vip.nodes",
+        "dhcp.ranges",
+        "dhcp.overlap",
+        "host_ports",
+        "namespace.psa",
+        "images.digest",
+    ] {
+        assert!(
+            report.contains(&format!("PASS {check}: ")),
+            "{check}: {report}"
+        );
+    }
+    assert!(report.ends_with("11 checks, 0 failed\n"), "{report}");
+}
+
+#[test]
+fn kit_check_names_each_broken_fact_with_its_fix() {
+    let (code, report) = kit_check(&Site {
+        vips: "10.0.0.5",
+        ..GOOD
+    });
+    assert_eq!(code, Some(1), "{report}");
+    let line = only_failure(&report, "vip.ca");
+    assert!(
+        line.contains("10.0.0.5 (IRONIC_PROXY_API_VIPS) outside the CA's name constraints"),
+        "{line}"
+    );
+
+    // The second node's address inside the range dnsmasq leases from.
+    let (_, report) = kit_check(&Site {
+        dhcp: "192.168.111.22,192.168.111.40",
+        ..GOOD
+    });
+    let line = only_failure(&report, "dhcp.overlap");
+    assert!(
+        line.contains(
+            "192.168.111.22 (IRONIC_PROXY_NODE_ADDRESSES) in 192.168.111.22-192.168.111.40"
+        ),
+        "{line}"
+    );
+    let (_, report) = kit_check(&Site {
+        dhcp: "172.22.1.10,172.22.1.100",
+        ..GOOD
+    });
+    only_failure(&report, "dhcp.ranges");
+    let (_, report) = kit_check(&Site {
+        nodes: "192.168.111.21,10.1.0.22",
+        ..GOOD
+    });
+    assert_eq!(
+        failed(&report),
+        ["nodes.ca", "nodes.peer_cidrs"],
+        "{report}"
+    );
+
+    let (_, report) = kit_check(&Site { psa: None, ..GOOD });
+    let line = only_failure(&report, "namespace.psa");
+    assert!(
+        line.contains("has no pod-security.kubernetes.io/enforce label"),
+        "{line}"
+    );
+    let (_, report) = kit_check(&Site {
+        psa: Some("baseline"),
+        ..GOOD
+    });
+    let line = only_failure(&report, "namespace.psa");
+    assert!(
+        line.contains("enforce: baseline: host-network pods are refused"),
+        "{line}"
+    );
+
+    let (_, report) = kit_check(&Site {
+        proxy_digest: false,
+        ..GOOD
+    });
+    let line = only_failure(&report, "images.digest");
+    assert!(
+        line.contains("registry.example/ironic-proxy:0.1.0 in DaemonSet/ironic (ironic-proxy)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn kit_check_finds_a_host_port_claimed_twice() {
+    // An operator's own host-network exporter on the sidecar's admin port.
+    let exporter = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: node-exporter\n\
+                    spec:\n  template:\n    spec:\n      hostNetwork: true\n      containers:\n\
+                    \x20       - name: exporter\n          image: quay.io/prometheus/node-exporter@sha256:\
+                    3333333333333333333333333333333333333333333333333333333333333333\n          \
+                    ports:\n            - containerPort: 9901\n";
+    let (code, report) = kit_check(&Site {
+        extra: Some(exporter),
+        ..GOOD
+    });
+    assert_eq!(code, Some(1), "{report}");
+    let line = only_failure(&report, "host_ports");
+    assert!(
+        line.contains(
+            "TCP 9901 by DaemonSet/ironic (ironic-proxy) and DaemonSet/node-exporter (exporter)"
+        ),
+        "{line}"
+    );
+    // Off the host network, the same port claims nothing on the node.
+    let pod_network = exporter.replace("hostNetwork: true", "hostNetwork: false");
+    let leaked: &'static str = Box::leak(pod_network.into_boxed_str());
+    let (code, report) = kit_check(&Site {
+        extra: Some(leaked),
+        ..GOOD
+    });
+    assert_eq!(code, Some(0), "{report}");
 }

@@ -51,4 +51,7 @@ mod sidecar_lone_upstream;
 mod sidecar_mtls;
 mod sidecar_parking;
 mod sidecar_reload;
+mod sidecar_vip;
+mod stop_sequence;
 mod tls_policy;
+mod trust_change;

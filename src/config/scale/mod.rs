@@ -173,8 +173,11 @@ pub fn scale_out(config: &Config, env: &dyn Env) -> Vec<ScaleFinding> {
             push("peer_cidrs", ok, detail);
         }
         if let Some(e) = &l.egress {
+            // A VIP is an address clients dial, never a conductor's `[DEFAULT]host`: peers'
+            // JSON-RPC calls never go to it, so it need not be an egress target.
             let outside: Vec<String> = ips
                 .iter()
+                .filter(|ip| origin(**ip, env) != "IRONIC_PROXY_API_VIPS")
                 .filter(|ip| !e.allows_host(&ip.to_string()))
                 .map(|ip| format!("{ip} (from {})", origin(*ip, env)))
                 .collect();

@@ -154,3 +154,27 @@ fn a_node_outside_ip_only_allow_rules_is_refused_by_its_peers() {
     );
     drop(env);
 }
+
+#[test]
+fn a_sidecars_vip_is_checked_against_the_ca_but_is_no_egress_target() {
+    let (_dir, mut env) = cluster();
+    env.insert("IRONIC_PROXY_API_VIPS".into(), "10.0.0.5".into());
+    let bad = failed(&findings("sidecar", &env));
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0].0, "ca");
+    assert!(
+        bad[0]
+            .1
+            .starts_with("IP:10.0.0.5 (from IRONIC_PROXY_API_VIPS) outside"),
+        "{}",
+        bad[0].1
+    );
+    // Inside the CA but outside the peer CIDRs: the VIP is no conductor's [DEFAULT]host, so the
+    // peers' egress never has to reach it.
+    let ca = generate_ca(&CaSpec::default()).expect("CA");
+    let issuer = env["IRONIC_PROXY_ISSUER_DIR"].clone();
+    std::fs::write(format!("{issuer}/ca.crt"), &ca.cert_pem).expect("write ca.crt");
+    std::fs::write(format!("{issuer}/ca.key"), &ca.key_pem).expect("write ca.key");
+    let f = findings("sidecar", &env);
+    assert!(failed(&f).is_empty(), "{f:?}");
+}

@@ -1,7 +1,8 @@
 //! Running one connection to its end: hyper's HTTP/1.1 or HTTP/2 connection, the connection's
-//! deadlines (see `conn`) and the server's drain, in one hand-written future. Hand-written so
-//! the connection is stored once: an `async fn` keeps its arguments for its whole life, and a
-//! second copy of the hyper connection would be part of every idle connection's memory.
+//! deadlines (see `conn`), the server's drain and, on a mutual-TLS connection, trust changes
+//! ([`Distrust`]), in one hand-written future. Hand-written so the connection is stored once:
+//! an `async fn` keeps its arguments for its whole life, and a second copy of the hyper
+//! connection would be part of every idle connection's memory.
 //!
 //! **Parking (HTTP/1.1).** hyper holds an 8 KiB read buffer and an 8 KiB write buffer for every
 //! connection from its first byte to its close, idle or not, and no setting changes that. A
@@ -26,6 +27,7 @@ use super::guard::Guard;
 use super::io::WatchedStream;
 use super::service::Service;
 use bytes::Bytes;
+pub(super) use distrust::Distrust;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::gauge::Gauge;
@@ -321,11 +323,19 @@ pin_project_lite::pin_project! {
         // for it (an untrusted client chain, see `tls::trust`, or a drain before its first
         // request).
         closed_early: bool,
+        // Mutual TLS: resolves when a trust change leaves the client chain unverified; `None`
+        // without mutual TLS and once it resolved.
+        distrust: Option<Distrust>,
     }
 }
 
 impl<C: HyperConnection> ConnectionDriver<C> {
-    pub(super) fn new(conn: C, clock: Arc<ConnClock>, shutdown: watch::Receiver<bool>) -> Self {
+    pub(super) fn new(
+        conn: C,
+        clock: Arc<ConnClock>,
+        shutdown: watch::Receiver<bool>,
+        distrust: Option<Distrust>,
+    ) -> Self {
         let now = Instant::now();
         let mut first = clock.next_check(now);
         if conn.can_park() {
@@ -346,6 +356,7 @@ impl<C: HyperConnection> ConnectionDriver<C> {
             shutdown,
             drain_armed: false,
             closed_early: false,
+            distrust,
         }
     }
 }
@@ -375,6 +386,15 @@ impl<C: HyperConnection> Future for ConnectionDriver<C> {
                     this.conn.as_mut().graceful();
                 }
             }
+        }
+        if this.distrust.as_mut().is_some_and(|d| d.failed(cx)) {
+            *this.distrust = None;
+            // Idle (parked, between requests, or before the first): closed now, unanswered,
+            // as nothing was asked. Serving: ended after the requests in flight, and a request
+            // that begins meanwhile is answered `Connection: close` (`Service`).
+            this.clock.request_close();
+            *this.closed_early = true;
+            this.conn.as_mut().graceful();
         }
         loop {
             if this.conn.as_mut().poll_serve(cx).is_ready() {
@@ -439,5 +459,8 @@ impl<C: HyperConnection> Future for ConnectionDriver<C> {
     }
 }
 
+mod distrust;
+#[cfg(test)]
+mod distrust_tests;
 #[cfg(test)]
 pub(super) mod tests;

@@ -10,6 +10,7 @@ use crate::listen::Listener;
 use crate::metrics::Metrics;
 use crate::proxy::pool::{Pool, PoolOptions};
 use crate::proxy::{ConnInfo, Proxy};
+use crate::tls::trust::LiveChain;
 use bytes::Bytes;
 use http_body_util::Full;
 use prometheus_client::metrics::gauge::Gauge;
@@ -53,6 +54,16 @@ fn connect_as(
     limits: &Limits,
     h2: bool,
 ) -> (DuplexStream, Gauge, watch::Sender<bool>) {
+    connect_live(addr, limits, h2, None)
+}
+
+/// [`connect_as`], as a mutual listener's connection whose client presented `live`'s chain.
+pub(super) fn connect_live(
+    addr: UpstreamAddr,
+    limits: &Limits,
+    h2: bool,
+    live: Option<Arc<LiveChain>>,
+) -> (DuplexStream, Gauge, watch::Sender<bool>) {
     let metrics = Metrics::new();
     let pool = Pool::new(PoolOptions::local("t", addr, 16 * 1024, metrics.clone()));
     let proxy = Arc::new(Proxy::new("t", pool, limits.clone(), metrics));
@@ -73,8 +84,8 @@ fn connect_as(
         context,
         server,
         h2,
-        ConnInfo::new(None, false),
-        None,
+        ConnInfo::new(None, live.is_some()),
+        live,
         clock,
         shutdown,
     );
@@ -83,7 +94,7 @@ fn connect_as(
 }
 
 /// Sends one GET and reads its whole response (the upstream's two-byte body).
-async fn get(c: &mut DuplexStream, path: &str) -> String {
+pub(super) async fn get(c: &mut DuplexStream, path: &str) -> String {
     let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
     c.write_all(req.as_bytes()).await.expect("write");
     let mut got = Vec::new();
@@ -97,7 +108,7 @@ async fn get(c: &mut DuplexStream, path: &str) -> String {
 }
 
 /// Lets every other task run without letting the clock move.
-async fn settle() {
+pub(super) async fn settle() {
     for _ in 0..32 {
         tokio::task::yield_now().await;
     }

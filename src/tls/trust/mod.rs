@@ -1,5 +1,6 @@
 //! Trust changes reach live mutual-TLS connections: a connection whose client chain no longer
-//! verifies against the listener's current trust bundle is closed after its request in flight.
+//! verifies against the listener's current trust bundle is closed, at once when idle, after its
+//! requests in flight otherwise.
 //!
 //! rustls verifies the client's chain once, at the handshake; a keep-alive connection would
 //! otherwise carry an identity from a CA that was removed from `trust` (a CA rotation after a
@@ -10,6 +11,11 @@
 //! itself changed (its digest differs; a renewal of our own certificate keeps it) is it
 //! re-verified, with the listener's new verifier at the current time. So a request costs an
 //! atomic compare, and a connection at most one verification per trust change.
+//!
+//! An idle connection sends no request to be checked before: each connection also waits on the
+//! listener's change notice ([`LiveChain::distrusted`]), so every one is checked when the
+//! configuration changes, within `watch_interval` of the new trust file, idle or not. The
+//! listener's driver then ends it gracefully (`listen::driver`).
 
 use super::ReloadableServer;
 use prometheus_client::metrics::counter::Counter;
@@ -17,6 +23,7 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::watch;
 
 /// SHA-256 of a trust bundle's PEM.
 type Digest = [u8; 32];
@@ -65,6 +72,11 @@ pub(crate) struct ListenerTrust {
 impl ListenerTrust {
     pub(crate) fn new(name: String, tls: Arc<ReloadableServer>, closed: Counter) -> Arc<Self> {
         Arc::new(Self { name, tls, closed })
+    }
+
+    /// The listener's configuration changes (see [`LiveChain::distrusted`]).
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.tls.changes()
     }
 }
 
@@ -152,6 +164,29 @@ impl LiveChain {
         }
         self.seen.store(generation, Ordering::Relaxed);
         Verdict::Keep
+    }
+
+    /// Resolves with rustls' reason once the chain no longer verifies: checked at once (a
+    /// change between the handshake and this call shows in the generation), then after every
+    /// change that `changes` (the listener's, [`ListenerTrust::changes`]) announces. Never
+    /// resolves while the chain verifies, nor once another check found it failing: that check
+    /// reported it, and the connection is closing already.
+    pub(crate) async fn distrusted(
+        self: Arc<Self>,
+        mut changes: watch::Receiver<u64>,
+    ) -> rustls::Error {
+        loop {
+            match self.check() {
+                Verdict::Close(reason) => return reason,
+                Verdict::Closing => break,
+                Verdict::Keep => {}
+            }
+            // Gone only with the listener's configuration: nothing will change any more.
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+        std::future::pending().await
     }
 }
 

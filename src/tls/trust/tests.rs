@@ -46,7 +46,7 @@ pub(crate) fn material(dir: &Path, issuer: &GeneratedCa, trust: &str) -> Materia
 }
 
 /// A client chain (leaf only) from `ca`.
-fn client_chain(ca: &GeneratedCa) -> Arc<[CertificateDer<'static>]> {
+pub(crate) fn client_chain(ca: &GeneratedCa) -> Arc<[CertificateDer<'static>]> {
     let issuer = Issuer::from_pem(&ca.cert_pem, &ca.key_pem).expect("issuer");
     let leaf = issue_leaf(
         &issuer,
@@ -61,7 +61,11 @@ fn client_chain(ca: &GeneratedCa) -> Arc<[CertificateDer<'static>]> {
 }
 
 /// Publishes `m` and waits until the listener's follower has stored it.
-async fn publish(tx: &watch::Sender<Arc<Material>>, tls: &ReloadableServer, m: Material) {
+pub(crate) async fn publish(
+    tx: &watch::Sender<Arc<Material>>,
+    tls: &ReloadableServer,
+    m: Material,
+) {
     let before = tls.generation();
     tx.send_replace(Arc::new(m));
     for _ in 0..10_000 {

@@ -54,6 +54,8 @@ struct Shared {
     /// Health checks received: when, and whether they were answered 200.
     checks: Mutex<Vec<(Instant, bool)>>,
     handshake_failures: AtomicU64,
+    /// Connections served to their end (closed by either side).
+    closed: AtomicU64,
 }
 
 struct Running {
@@ -115,6 +117,7 @@ impl Backend {
             hits: Mutex::new(Vec::new()),
             checks: Mutex::new(Vec::new()),
             handshake_failures: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
         });
         let mut b = Self {
             addr: listener.local_addr().expect("local address"),
@@ -186,6 +189,11 @@ impl Backend {
     /// TLS handshakes that failed (the client refused our certificate, say).
     pub(crate) fn handshake_failures(&self) -> u64 {
         self.shared.handshake_failures.load(Ordering::SeqCst)
+    }
+
+    /// Connections served to their end: closed by the client, or broken.
+    pub(crate) fn connections_closed(&self) -> u64 {
+        self.shared.closed.load(Ordering::SeqCst)
     }
 }
 
@@ -269,6 +277,7 @@ async fn serve_conn<I>(io: I, shared: Arc<Shared>, client_cert: Option<Vec<u8>>)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
+    let closed = shared.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let shared = shared.clone();
         let cert = client_cert.clone();
@@ -278,6 +287,7 @@ where
         .keep_alive(true)
         .serve_connection(io, svc)
         .await;
+    closed.closed.fetch_add(1, Ordering::SeqCst);
 }
 
 async fn handle(

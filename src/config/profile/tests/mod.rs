@@ -139,6 +139,42 @@ fn the_balancer_has_peers_only_with_a_fallback_from_the_environment() {
 }
 
 #[test]
+fn the_sidecars_certificate_names_its_vips_too() {
+    let mut e = pod();
+    e.insert(
+        "IRONIC_PROXY_API_VIPS".into(),
+        "192.168.111.5, fd00:1101::5".into(),
+    );
+    for profile in ["sidecar", "sidecar-openshift"] {
+        let c = load(profile, &e).expect(profile);
+        let Some(IdentitySource::Issuer(issuer)) = c.identity.as_ref().map(|i| &i.source) else {
+            panic!("issuer");
+        };
+        let ips: Vec<String> = issuer
+            .ip_addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            ips,
+            [
+                "192.168.111.21",
+                "fd00:1101::21",
+                "192.168.111.5",
+                "fd00:1101::5"
+            ],
+            "{profile}"
+        );
+    }
+    e.insert("IRONIC_PROXY_API_VIPS".into(), "vip.example".into());
+    let msg = error("sidecar", &e);
+    assert!(
+        msg.contains("identity.ip_addresses[2]: invalid IP address"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_missing_variable_is_named_with_its_key() {
     let mut e = pod();
     e.remove("IRONIC_PROXY_PEER_CIDRS");

@@ -1,0 +1,441 @@
+//! Reads a site overlay the way `kubectl kustomize` would find its parts, without rendering it:
+//! every YAML file of the folder, and, through each `kustomization.yaml`, the local
+//! `resources` and `components` it builds on (bases first, so an overlay's own files win),
+//! the files its `patches` name, its inline patches, its `configMapGenerator` entries for the
+//! site ConfigMap and its `images` overrides. Remote resources (URLs) are not fetched.
+//!
+//! What it keeps is what the preflight checks: the site ConfigMap's data, merged in that order
+//! (a patch of `ironic-proxy-site` overrides the base's keys), the namespace and the labels of
+//! its `Namespace`, and every workload's pod template (host network, containers, images,
+//! ports), a patch of a workload merged into it by kind and name. This is a strategic merge
+//! reduced to what is checked: containers by name, ports by number and protocol; a patch that
+//! changes a port's number adds the new one beside the old.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// The site ConfigMap the kit's pods read (config/k8s/common/site.yaml).
+pub(super) const SITE_CONFIGMAP: &str = "ironic-proxy-site";
+
+/// The kustomization files kustomize recognises in a folder.
+const KUSTOMIZATION: &[&str] = &["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// How deep `resources` may nest: a cycle of folders ends here instead of looping.
+const MAX_DEPTH: usize = 16;
+
+/// A port a container declares.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Port {
+    /// `hostPort` when given, else `containerPort`.
+    pub(super) number: u16,
+    /// `TCP` (the default), `UDP` or `SCTP`.
+    pub(super) protocol: String,
+    /// Whether `hostPort` was given: the port is claimed on the node even off the host network.
+    pub(super) host: bool,
+}
+
+/// One container of a pod template.
+#[derive(Debug, Default)]
+pub(super) struct Container {
+    pub(super) image: Option<String>,
+    pub(super) ports: BTreeSet<Port>,
+}
+
+/// A pod template of a DaemonSet, Deployment, StatefulSet, Job or CronJob.
+#[derive(Debug, Default)]
+pub(super) struct Workload {
+    pub(super) host_network: bool,
+    /// By name (init containers included: the kit's sidecar is one).
+    pub(super) containers: BTreeMap<String, Container>,
+}
+
+/// An `images:` entry of a kustomization.
+#[derive(Debug, Default, Clone)]
+pub(super) struct ImageOverride {
+    pub(super) new_name: Option<String>,
+    pub(super) new_tag: Option<String>,
+    pub(super) digest: Option<String>,
+}
+
+/// What the overlay says, merged.
+#[derive(Debug, Default)]
+pub(super) struct Overlay {
+    /// The files read, in order.
+    pub(super) files: Vec<PathBuf>,
+    /// Files that did not parse, with the parser's message.
+    pub(super) errors: Vec<String>,
+    /// Whether the site ConfigMap (or a patch or generator of it) was found.
+    pub(super) site_found: bool,
+    pub(super) site: BTreeMap<String, String>,
+    /// The outermost kustomization's `namespace`, else the objects' own.
+    pub(super) namespace: Option<String>,
+    /// `Namespace` objects' labels, by name.
+    pub(super) namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// By `Kind/name`.
+    pub(super) workloads: BTreeMap<String, Workload>,
+    /// `images:` entries by the image name they match (without tag or digest), in the order
+    /// kustomize applies them: a base's first, so an overlay's entry sees the base's rewrite.
+    pub(super) images: Vec<(String, ImageOverride)>,
+}
+
+/// Reads the overlay in `dir`.
+pub(super) fn load(dir: &Path) -> Overlay {
+    let mut o = Overlay::default();
+    let mut seen = BTreeSet::new();
+    folder(dir, 0, &mut o, &mut seen);
+    o
+}
+
+/// A scalar as the text Kubernetes would read (`6385` and `"6385"` alike).
+pub(super) fn text(y: &Yaml) -> Option<String> {
+    match y {
+        Yaml::String(s) | Yaml::Real(s) => Some(s.clone()),
+        Yaml::Integer(i) => Some(i.to_string()),
+        Yaml::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn items(y: &Yaml) -> &[Yaml] {
+    y.as_vec().map_or(&[], Vec::as_slice)
+}
+
+fn folder(dir: &Path, depth: usize, o: &mut Overlay, seen: &mut BTreeSet<PathBuf>) {
+    let Ok(key) = dir.canonicalize() else {
+        o.errors.push(format!("{}: no such folder", dir.display()));
+        return;
+    };
+    if depth > MAX_DEPTH || !seen.insert(key) {
+        return;
+    }
+    let kustomization = KUSTOMIZATION
+        .iter()
+        .map(|k| dir.join(k))
+        .find(|p| p.is_file());
+    let k = kustomization
+        .as_ref()
+        .and_then(|p| parse(p, o))
+        .and_then(|docs| docs.into_iter().next());
+    if let Some(k) = &k {
+        for entry in items(&k["resources"]).iter().chain(items(&k["components"])) {
+            let Some(rel) = entry.as_str() else { continue };
+            if rel.contains("://") || rel.starts_with("github.com/") {
+                continue;
+            }
+            let path = dir.join(rel);
+            if path.is_dir() {
+                folder(&path, depth + 1, o, seen);
+            } else {
+                file(&path, o, seen);
+            }
+        }
+    }
+    // The folder's own files (resources and patches alike), in name order.
+    let mut own: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    own.sort();
+    for path in own {
+        let yaml = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
+        if yaml && Some(&path) != kustomization.as_ref() {
+            file(&path, o, seen);
+        }
+    }
+    let Some(k) = k else { return };
+    for p in items(&k["patches"])
+        .iter()
+        .chain(items(&k["patchesStrategicMerge"]))
+    {
+        match (p["path"].as_str(), p["patch"].as_str(), p.as_str()) {
+            (Some(rel), _, _) => file(&dir.join(rel), o, seen),
+            (_, Some(inline), _) => inline_docs(inline, dir, o),
+            // patchesStrategicMerge: a file name, or the patch itself.
+            (_, _, Some(s)) if s.contains('\n') => inline_docs(s, dir, o),
+            (_, _, Some(rel)) => file(&dir.join(rel), o, seen),
+            _ => {}
+        }
+    }
+    for g in items(&k["configMapGenerator"]) {
+        if g["name"].as_str() == Some(SITE_CONFIGMAP) {
+            generator(g, dir, o);
+        }
+    }
+    for i in items(&k["images"]) {
+        let Some(name) = i["name"].as_str() else {
+            continue;
+        };
+        o.images.push((
+            name.to_owned(),
+            ImageOverride {
+                new_name: text(&i["newName"]),
+                new_tag: text(&i["newTag"]),
+                digest: text(&i["digest"]),
+            },
+        ));
+    }
+    // The outermost kustomization is read last: its namespace applies to everything.
+    if let Some(ns) = k["namespace"].as_str() {
+        o.namespace = Some(ns.to_owned());
+    }
+}
+
+/// Every document of a YAML file, once.
+fn file(path: &Path, o: &mut Overlay, seen: &mut BTreeSet<PathBuf>) {
+    let key = path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    if !seen.insert(key) {
+        return;
+    }
+    if let Some(docs) = parse(path, o) {
+        for d in &docs {
+            object(d, o);
+        }
+    }
+}
+
+fn parse(path: &Path, o: &mut Overlay) -> Option<Vec<Yaml>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            o.errors.push(format!("{}: {e}", path.display()));
+            return None;
+        }
+    };
+    o.files.push(path.to_owned());
+    match YamlLoader::load_from_str(&text) {
+        Ok(docs) => Some(docs),
+        Err(e) => {
+            o.errors.push(format!("{}: {e}", path.display()));
+            None
+        }
+    }
+}
+
+fn inline_docs(text: &str, dir: &Path, o: &mut Overlay) {
+    match YamlLoader::load_from_str(text) {
+        Ok(docs) => docs.iter().for_each(|d| object(d, o)),
+        Err(e) => o.errors.push(format!(
+            "{}: an inline patch: {e}",
+            dir.join(KUSTOMIZATION[0]).display()
+        )),
+    }
+}
+
+/// A `configMapGenerator` entry for the site ConfigMap: `literals` (`KEY=VALUE`) and `envs`
+/// files (the same, one a line); `behavior: replace` drops the base's keys first.
+fn generator(g: &Yaml, dir: &Path, o: &mut Overlay) {
+    o.site_found = true;
+    if g["behavior"].as_str() == Some("replace") {
+        o.site.clear();
+    }
+    let mut lines: Vec<String> = items(&g["literals"]).iter().filter_map(text).collect();
+    for env in items(&g["envs"]).iter().chain(std::iter::once(&g["env"])) {
+        let Some(rel) = env.as_str() else { continue };
+        match std::fs::read_to_string(dir.join(rel)) {
+            Ok(t) => lines.extend(t.lines().map(str::to_owned)),
+            Err(e) => o.errors.push(format!("{}: {e}", dir.join(rel).display())),
+        }
+    }
+    for line in lines {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            o.site.insert(k.trim().to_owned(), v.trim().to_owned());
+        }
+    }
+}
+
+/// One Kubernetes object (or a patch of one): what the checks read from it.
+fn object(d: &Yaml, o: &mut Overlay) {
+    let (Some(kind), Some(name)) = (d["kind"].as_str(), d["metadata"]["name"].as_str()) else {
+        return;
+    };
+    if let Some(ns) = d["metadata"]["namespace"].as_str() {
+        o.namespace.get_or_insert_with(|| ns.to_owned());
+    }
+    match kind {
+        "ConfigMap" if name == SITE_CONFIGMAP => {
+            o.site_found = true;
+            if let Some(data) = d["data"].as_hash() {
+                for (k, v) in data {
+                    if let (Some(k), Some(v)) = (k.as_str(), text(v)) {
+                        o.site.insert(k.to_owned(), v);
+                    }
+                }
+            }
+        }
+        "Namespace" => {
+            let labels = o.namespaces.entry(name.to_owned()).or_default();
+            if let Some(h) = d["metadata"]["labels"].as_hash() {
+                for (k, v) in h {
+                    if let (Some(k), Some(v)) = (k.as_str(), text(v)) {
+                        labels.insert(k.to_owned(), v);
+                    }
+                }
+            }
+        }
+        "DaemonSet" | "Deployment" | "StatefulSet" | "Job" => {
+            workload(&d["spec"]["template"]["spec"], &format!("{kind}/{name}"), o);
+        }
+        "CronJob" => workload(
+            &d["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+            &format!("{kind}/{name}"),
+            o,
+        ),
+        _ => {}
+    }
+}
+
+fn workload(spec: &Yaml, key: &str, o: &mut Overlay) {
+    let w = o.workloads.entry(key.to_owned()).or_default();
+    if let Some(host) = spec["hostNetwork"].as_bool() {
+        w.host_network = host;
+    }
+    for c in items(&spec["containers"])
+        .iter()
+        .chain(items(&spec["initContainers"]))
+    {
+        let Some(name) = c["name"].as_str() else {
+            continue;
+        };
+        let entry = w.containers.entry(name.to_owned()).or_default();
+        if let Some(image) = c["image"].as_str() {
+            entry.image = Some(image.to_owned());
+        }
+        for p in items(&c["ports"]) {
+            // Kept as declared: whether it claims the node's port depends on the pod's host
+            // network, which a later patch may set, so it is decided when the checks run.
+            let host = p["hostPort"].as_i64();
+            let number = host.or_else(|| p["containerPort"].as_i64());
+            if let Some(number) = number.and_then(|n| u16::try_from(n).ok()) {
+                entry.ports.insert(Port {
+                    number,
+                    protocol: p["protocol"].as_str().unwrap_or("TCP").to_owned(),
+                    host: host.is_some(),
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// A base with the site ConfigMap and a host-network DaemonSet; an overlay that patches both
+    /// three ways (a patch file, an inline patch, a generator) and retags the image.
+    #[test]
+    fn an_overlay_merges_over_its_base_in_kustomize_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("base");
+        write(
+            &base,
+            "kustomization.yaml",
+            "resources:\n  - site.yaml\n  - ds.yaml\nimages:\n  - name: app\n    newTag: main\n",
+        );
+        write(
+            &base,
+            "site.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ironic-proxy-site\ndata:\n  \
+             A: \"base\"\n  B: \"base\"\n  C: 6385\n",
+        );
+        write(
+            &base,
+            "ds.yaml",
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: ironic\nspec:\n  template:\n    \
+             spec:\n      hostNetwork: true\n      initContainers:\n        - name: proxy\n          \
+             image: app\n          ports:\n            - containerPort: 6385\n      \
+             containers:\n        - name: dnsmasq\n          image: app\n          ports:\n            \
+             - {containerPort: 67, protocol: UDP}\n",
+        );
+        let site = tmp.path().join("site");
+        write(
+            &site,
+            "kustomization.yaml",
+            "namespace: metal3\nresources:\n  - ../base\n  - https://example.com/remote.yaml\n\
+             patches:\n  - path: patches/site.yaml\n  - patch: |-\n      apiVersion: apps/v1\n      \
+             kind: DaemonSet\n      metadata:\n        name: ironic\n      spec:\n        \
+             template:\n          spec:\n            containers:\n              - name: dnsmasq\n                \
+             ports:\n                  - {containerPort: 69, protocol: UDP}\n\
+             configMapGenerator:\n  - name: ironic-proxy-site\n    behavior: merge\n    \
+             literals:\n      - C=6388\n    envs:\n      - site.env\n\
+             images:\n  - name: app\n    digest: sha256:00\n",
+        );
+        write(
+            &site,
+            "patches/site.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ironic-proxy-site\ndata:\n  A: \"site\"\n",
+        );
+        write(&site, "site.env", "# a comment\nD = from-env\n");
+
+        let o = load(&site);
+        assert!(o.errors.is_empty(), "{:?}", o.errors);
+        assert!(o.site_found);
+        let site: Vec<(&str, &str)> = o
+            .site
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            site,
+            [
+                ("A", "site"),
+                ("B", "base"),
+                ("C", "6388"),
+                ("D", "from-env")
+            ]
+        );
+        assert_eq!(o.namespace.as_deref(), Some("metal3"));
+        let w = &o.workloads["DaemonSet/ironic"];
+        assert!(w.host_network);
+        let ports: Vec<(u16, &str)> = w.containers["dnsmasq"]
+            .ports
+            .iter()
+            .map(|p| (p.number, p.protocol.as_str()))
+            .collect();
+        assert_eq!(ports, [(67, "UDP"), (69, "UDP")]);
+        assert_eq!(w.containers["proxy"].ports.len(), 1);
+        // The base's entry, then the overlay's.
+        let images: Vec<(&str, Option<&str>, Option<&str>)> = o
+            .images
+            .iter()
+            .map(|(n, i)| (n.as_str(), i.new_tag.as_deref(), i.digest.as_deref()))
+            .collect();
+        assert_eq!(
+            images,
+            [
+                ("app", Some("main"), None),
+                ("app", None, Some("sha256:00"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_that_does_not_parse_is_named_and_a_cycle_ends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        let b = tmp.path().join("b");
+        write(&a, "kustomization.yaml", "resources:\n  - ../b\n");
+        write(&b, "kustomization.yaml", "resources:\n  - ../a\n");
+        write(&b, "broken.yaml", "data: [unclosed\n");
+        let o = load(&a);
+        assert!(!o.site_found);
+        assert_eq!(o.errors.len(), 1, "{:?}", o.errors);
+        assert!(o.errors[0].contains("broken.yaml"), "{:?}", o.errors);
+        let missing = load(&tmp.path().join("nope"));
+        assert!(
+            missing.errors[0].ends_with("nope: no such folder"),
+            "{:?}",
+            missing.errors
+        );
+    }
+}

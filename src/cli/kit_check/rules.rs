@@ -1,0 +1,416 @@
+//! The checks of `kit check` on the site facts: the overlay was read, the addresses against the
+//! CA's constraints and the networks, the DHCP ranges. Pure.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+use super::facts::{self, Item, API_VIPS, DHCP_RANGE, NODE_ADDRESSES, PEER_CIDRS};
+use super::overlay::{Overlay, SITE_CONFIGMAP};
+use super::Line;
+use crate::pki::{NameConstraints, San};
+
+/// The overlay was read and holds the site facts.
+pub(super) fn site(dir: &Path, o: &Overlay) -> Line {
+    let fix = "point --site at the overlay folder (its kustomization.yaml, the ConfigMap \
+               ironic-proxy-site or a patch of it) and make each file named parse";
+    if !o.errors.is_empty() {
+        return Line::fail("site", o.errors.join("; "), fix);
+    }
+    if !o.site_found {
+        return Line::fail(
+            "site",
+            format!(
+                "no ConfigMap {SITE_CONFIGMAP} (nor a patch or configMapGenerator of it) in the \
+                 {} file(s) read from {}",
+                o.files.len(),
+                dir.display()
+            ),
+            fix,
+        );
+    }
+    Line::pass(
+        "site",
+        format!(
+            "{} file(s) read from {}; ConfigMap {SITE_CONFIGMAP} with {} key(s)",
+            o.files.len(),
+            dir.display(),
+            o.site.len()
+        ),
+    )
+}
+
+/// A fact's value, `None` when unset or empty.
+fn fact<'a>(site: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
+    site.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+fn list(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `nodes.ca`, `nodes.peer_cidrs`, `vip.ca`, `vip.nodes`. `ca` is `None` when the CA could not
+/// be read (its own line says why).
+pub(super) fn addresses(
+    site: &BTreeMap<String, String>,
+    ca: Option<&Option<NameConstraints>>,
+) -> Vec<Line> {
+    let mut out = Vec::new();
+    let unset = format!("set {NODE_ADDRESSES} in {SITE_CONFIGMAP}: the control-plane nodes' addresses, comma-separated");
+    let nodes = match fact(site, NODE_ADDRESSES).map(|v| facts::addresses(NODE_ADDRESSES, v)) {
+        Some(Ok(n)) => Some(n),
+        Some(Err(e)) => {
+            out.push(Line::fail("nodes.ca", e.clone(), unset.clone()));
+            out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            None
+        }
+        None => {
+            let e = format!("{NODE_ADDRESSES} is not set");
+            out.push(Line::fail("nodes.ca", e.clone(), unset.clone()));
+            out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            None
+        }
+    };
+    let vips = match fact(site, API_VIPS).map(|v| facts::addresses(API_VIPS, v)) {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => {
+            let fix = format!("{API_VIPS}: the VIP(s), comma-separated IP addresses");
+            out.push(Line::fail("vip.ca", e, fix));
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    let ca_fix = "create a CA whose `ca init --permit-ip` covers the address and roll it out (a \
+                  new CA is a rotation), or use an address inside the constraints";
+    let outside = |ips: &[IpAddr]| -> Result<Vec<IpAddr>, String> {
+        match ca {
+            None => Err("the CA could not be read (the ca line)".to_owned()),
+            Some(None) => Ok(Vec::new()),
+            Some(Some(c)) => Ok(ips
+                .iter()
+                .copied()
+                .filter(|ip| !c.permits(&San::Ip(*ip)))
+                .collect()),
+        }
+    };
+    let permitted = |c: Option<&Option<NameConstraints>>| match c {
+        Some(Some(c)) => format!("({c})"),
+        _ => "(the CA has no name constraints)".to_owned(),
+    };
+    if let Some(nodes) = &nodes {
+        out.push(match outside(nodes) {
+            Err(e) => Line::fail("nodes.ca", e, "fix the ca line first"),
+            Ok(bad) if bad.is_empty() => Line::pass(
+                "nodes.ca",
+                format!(
+                    "{} inside the CA's name constraints {}",
+                    list(nodes),
+                    permitted(ca)
+                ),
+            ),
+            Ok(bad) => Line::fail(
+                "nodes.ca",
+                format!(
+                    "{} ({NODE_ADDRESSES}) outside the CA's name constraints {}: no sidecar \
+                     there can get a certificate",
+                    list(&bad),
+                    permitted(ca)
+                ),
+                ca_fix,
+            ),
+        });
+        let cidrs = fact(site, PEER_CIDRS).map(|v| facts::networks(PEER_CIDRS, v));
+        out.push(match cidrs {
+            None => Line::fail(
+                "nodes.peer_cidrs",
+                format!("{PEER_CIDRS} is not set"),
+                format!("set {PEER_CIDRS} to the nodes' networks"),
+            ),
+            Some(Err(e)) => Line::fail(
+                "nodes.peer_cidrs",
+                e,
+                format!("{PEER_CIDRS}: CIDRs, comma-separated"),
+            ),
+            Some(Ok(nets)) => {
+                let bad: Vec<IpAddr> = nodes
+                    .iter()
+                    .copied()
+                    .filter(|ip| !nets.iter().any(|n| n.contains(ip)))
+                    .collect();
+                if bad.is_empty() {
+                    Line::pass(
+                        "nodes.peer_cidrs",
+                        format!("every node address is in {PEER_CIDRS}"),
+                    )
+                } else {
+                    Line::fail(
+                        "nodes.peer_cidrs",
+                        format!(
+                            "{} outside {PEER_CIDRS}: the other conductors refuse its JSON-RPC \
+                             calls (403)",
+                            list(&bad)
+                        ),
+                        format!("add the nodes' network to {PEER_CIDRS}"),
+                    )
+                }
+            }
+        });
+    }
+    if fact(site, API_VIPS).is_some() && !vips.is_empty() {
+        out.push(match outside(&vips) {
+            Err(e) => Line::fail("vip.ca", e, "fix the ca line first"),
+            Ok(bad) if bad.is_empty() => Line::pass(
+                "vip.ca",
+                format!(
+                    "{} inside the CA's name constraints {}",
+                    list(&vips),
+                    permitted(ca)
+                ),
+            ),
+            Ok(bad) => Line::fail(
+                "vip.ca",
+                format!(
+                    "{} ({API_VIPS}) outside the CA's name constraints {}: the sidecars refuse \
+                     to start with it in their certificate",
+                    list(&bad),
+                    permitted(ca)
+                ),
+                ca_fix,
+            ),
+        });
+        let taken: Vec<IpAddr> = vips
+            .iter()
+            .copied()
+            .filter(|v| nodes.as_ref().is_some_and(|n| n.contains(v)))
+            .collect();
+        out.push(if taken.is_empty() {
+            Line::pass("vip.nodes", "the VIP is no node's own address")
+        } else {
+            Line::fail(
+                "vip.nodes",
+                format!("{} is both a VIP and a node's address", list(&taken)),
+                "pick a free address in the nodes' network for the VIP",
+            )
+        });
+    } else if fact(site, API_VIPS).is_none() {
+        out.push(Line::pass(
+            "vip.ca",
+            format!("no {API_VIPS}: clients dial the nodes' addresses"),
+        ));
+    }
+    out
+}
+
+/// `dhcp.ranges` (inside the provisioning networks) and `dhcp.overlap` (no node address or VIP
+/// inside a range).
+pub(super) fn dhcp(site: &BTreeMap<String, String>) -> Vec<Line> {
+    let Some(value) = fact(site, DHCP_RANGE) else {
+        let none = format!("no {DHCP_RANGE}: no DHCP server is configured");
+        return vec![
+            Line::pass("dhcp.ranges", none.clone()),
+            Line::pass("dhcp.overlap", none),
+        ];
+    };
+    let items = match facts::dhcp_ranges(value) {
+        Ok(i) => i,
+        Err(e) => {
+            let fix = "write DHCP_RANGE as ironic-image reads it: START,END[,PREFIX][,LEASE], \
+                       ranges separated by ';'";
+            return vec![
+                Line::fail("dhcp.ranges", e.clone(), fix),
+                Line::fail("dhcp.overlap", e, fix),
+            ];
+        }
+    };
+    let ranges: Vec<facts::Range> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Range(r) => Some(*r),
+            Item::Constructed(_) => None,
+        })
+        .collect();
+    let constructed: Vec<&str> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Constructed(c) => Some(c.as_str()),
+            Item::Range(_) => None,
+        })
+        .collect();
+    let note = if constructed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; not checked (addresses from the node's interface): {}",
+            constructed.join(", ")
+        )
+    };
+    let shown = ranges
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let prov = fact(site, facts::PROVISIONING_CIDRS)
+        .map(|v| facts::networks(facts::PROVISIONING_CIDRS, v));
+    let inside = match prov {
+        None => Line::fail(
+            "dhcp.ranges",
+            format!(
+                "{DHCP_RANGE} is set but {} is not",
+                facts::PROVISIONING_CIDRS
+            ),
+            format!(
+                "set {} to the provisioning network(s)",
+                facts::PROVISIONING_CIDRS
+            ),
+        ),
+        Some(Err(e)) => Line::fail("dhcp.ranges", e, "CIDRs, comma-separated"),
+        Some(Ok(nets)) => {
+            let bad: Vec<String> = ranges
+                .iter()
+                .filter(|r| !nets.iter().any(|n| r.inside(n)))
+                .map(ToString::to_string)
+                .collect();
+            if bad.is_empty() {
+                Line::pass(
+                    "dhcp.ranges",
+                    format!("{shown} inside {}{note}", facts::PROVISIONING_CIDRS),
+                )
+            } else {
+                Line::fail(
+                    "dhcp.ranges",
+                    format!(
+                        "{} not inside one of {} ({}): dnsmasq would lease addresses the \
+                         provisioning network does not route",
+                        bad.join(", "),
+                        facts::PROVISIONING_CIDRS,
+                        nets.iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    "move the range inside the provisioning network, or correct the network",
+                )
+            }
+        }
+    };
+    let mut taken: Vec<(IpAddr, &str)> = Vec::new();
+    for name in [NODE_ADDRESSES, API_VIPS] {
+        if let Some(Ok(ips)) = fact(site, name).map(|v| facts::addresses(name, v)) {
+            taken.extend(ips.into_iter().map(|ip| (ip, name)));
+        }
+    }
+    let clashes: Vec<String> = ranges
+        .iter()
+        .flat_map(|r| {
+            taken
+                .iter()
+                .filter(|(ip, _)| r.contains(*ip))
+                .map(move |(ip, from)| format!("{ip} ({from}) in {r}"))
+        })
+        .collect();
+    let overlap = if clashes.is_empty() {
+        Line::pass(
+            "dhcp.overlap",
+            format!("no node address or VIP inside {shown}{note}"),
+        )
+    } else {
+        Line::fail(
+            "dhcp.overlap",
+            format!(
+                "{}: dnsmasq would lease an address a node or the VIP already has",
+                clashes.join(", ")
+            ),
+            "shrink the DHCP range so it leaves out the nodes' addresses and the VIP",
+        )
+    };
+    vec![inside, overlap]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn verdicts(lines: &[Line]) -> Vec<(&str, bool)> {
+        lines.iter().map(|l| (l.name, l.ok)).collect()
+    }
+
+    #[test]
+    fn addresses_without_constraints_pass_and_a_vip_on_a_node_fails() {
+        let s = site(&[
+            (NODE_ADDRESSES, "10.0.0.1,fd00::1"),
+            (PEER_CIDRS, "10.0.0.0/24,fd00::/64"),
+            (API_VIPS, "fd00::1"),
+        ]);
+        let lines = addresses(&s, Some(&None));
+        assert_eq!(
+            verdicts(&lines),
+            [
+                ("nodes.ca", true),
+                ("nodes.peer_cidrs", true),
+                ("vip.ca", true),
+                ("vip.nodes", false)
+            ]
+        );
+        // Unset node addresses: both node checks fail naming the fact; no VIP passes.
+        let lines = addresses(&site(&[]), Some(&None));
+        assert_eq!(
+            verdicts(&lines),
+            [
+                ("nodes.ca", false),
+                ("nodes.peer_cidrs", false),
+                ("vip.ca", true)
+            ]
+        );
+        assert_eq!(lines[0].detail, "IRONIC_PROXY_NODE_ADDRESSES is not set");
+        // An unreadable CA: the node check says so instead of guessing.
+        let lines = addresses(&s, None);
+        assert!(
+            lines[0].detail.contains("the CA could not be read"),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn dhcp_needs_its_network_and_is_optional() {
+        let none = dhcp(&site(&[]));
+        assert_eq!(
+            verdicts(&none),
+            [("dhcp.ranges", true), ("dhcp.overlap", true)]
+        );
+        let lines = dhcp(&site(&[(DHCP_RANGE, "172.22.0.10,172.22.0.100")]));
+        assert_eq!(
+            verdicts(&lines),
+            [("dhcp.ranges", false), ("dhcp.overlap", true)]
+        );
+        assert!(lines[0]
+            .detail
+            .contains("IRONIC_PROXY_PROVISIONING_CIDRS is not"));
+        let lines = dhcp(&site(&[
+            (DHCP_RANGE, "fd2e::10,fd2e::ff;::,constructor:eth0"),
+            (facts::PROVISIONING_CIDRS, "fd2e::/64"),
+            (API_VIPS, "fd2e::20"),
+        ]));
+        assert_eq!(
+            verdicts(&lines),
+            [("dhcp.ranges", true), ("dhcp.overlap", false)]
+        );
+        assert!(lines[0].detail.contains("not checked"), "{:?}", lines[0]);
+        assert!(
+            lines[1]
+                .detail
+                .starts_with("fd2e::20 (IRONIC_PROXY_API_VIPS) in fd2e::10-fd2e::ff"),
+            "{:?}",
+            lines[1]
+        );
+    }
+}
