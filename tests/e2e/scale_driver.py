@@ -221,8 +221,7 @@ class Driver:
         patch = [
             {"op": "add", "path": "/instance_uuid", "value": x.uuid},
             {"op": "add", "path": "/instance_info/capabilities", "value": {}},
-            {"op": "add", "path": "/instance_info/image_source",
-             "value": "file://" + self.files["disk.img"]},
+            {"op": "add", "path": "/instance_info/image_source", "value": self.files["url"]},
             {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
             {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
             {"op": "add", "path": "/instance_info/image_os_hash_value",

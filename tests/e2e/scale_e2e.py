@@ -34,6 +34,7 @@ import scale_setup as ss  # noqa: E402
 from ironic_proxy_testing import pki  # noqa: E402
 from ironic_proxy_testing.ports import wait_port  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 LB_URL = f"https://{ss.LB_HOST}:{h.LB_PORT}"
 
 
@@ -66,7 +67,7 @@ class Scale:
     # --- setup -----------------------------------------------------------------------------
 
     def busy_ports(self):
-        wanted = [(ss.LB_HOST, h.LB_PORT)]
+        wanted = [(ss.LB_HOST, h.LB_PORT), (ss.IMAGE_IP, ss.IMAGE_PORT)]
         for ip in ss.IPS:
             wanted += [(ip, p) for p in (h.API_PORT, h.RPC_PORT, h.ADMIN_PORT, h.EGRESS_PORT)]
         for k in range(ss.shards(len(self.hosts))):
@@ -80,6 +81,12 @@ class Scale:
         pki.ca_init(self.bin, self.ca_dir, name="ironic-scale CA", permit_ip=["127.0.0.0/8"],
                     permit_dns=["metal3.svc"])  # fmt: skip
         self.files = ss.image(self.root)
+        log = os.path.join(self.root, "images.log")
+        p = self.procs.start("image server", [sys.executable, os.path.join(HERE, "static_httpd.py"),
+                             str(ss.IMAGE_PORT), "--bind", ss.IMAGE_IP, "--directory",
+                             self.files["dir"]], log, env=self.clean_env())  # fmt: skip
+        self.tools.append(("image server", p, log))
+        wait_port(ss.IMAGE_PORT, ss.IMAGE_IP, timeout=30)
         self.db.start()
         if self.mode == "proxy":
             public = LB_URL
@@ -227,7 +234,7 @@ class Scale:
         for k in range(ss.shards(len(self.hosts))):
             sushy_conf = os.path.join(tools, f"sushy-{k}.conf")
             with open(sushy_conf, "w") as f:
-                f.write(ss.sushy_config(k, self.hosts))
+                f.write(ss.sushy_config(k, self.hosts, os.path.join(tools, f"sushy-state-{k}")))
             ipa_conf = os.path.join(tools, f"fake-ipa-{k}.conf")
             with open(ipa_conf, "w") as f:
                 f.write(ss.fake_ipa_config(k, self.agent_api(k), self.ca))
@@ -249,7 +256,7 @@ class Scale:
     def groups(self):
         """Process trees per party, for the CPU figures."""
         g = {"Ironic (3 instances)": [i.ironic.pid for i in self.instances],
-             "sushy-tools + fake-ipa": [p.pid for _, p, _ in self.tools],
+             "sushy-tools, fake-ipa, image server": [p.pid for _, p, _ in self.tools],
              "MariaDB": [self.db.proc.pid]}  # fmt: skip
         if self.mode == "proxy":
             g["proxies (balancer + 3 sidecars)"] = [self.lb.pid] + [

@@ -82,7 +82,7 @@ def api_path(path):
     if p.startswith("/v1/continue_inspection"):
         return "agent inspection data"
     if p == "/" or p == "/v1" or p == "/v1/":
-        return "health checks (GET /)"
+        return "GET / (versions; health checks)"
     return "BMO API"
 
 
@@ -95,6 +95,8 @@ def egress_path(upstream):
         return "agent commands"
     if ss.SUSHY_PORT <= port < ss.SUSHY_PORT + 1000:
         return "Redfish"
+    if port == ss.IMAGE_PORT:
+        return "image server"
     return f"other ({upstream})"
 
 

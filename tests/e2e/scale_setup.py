@@ -13,6 +13,8 @@ import harness as h
 
 LB_HOST = "127.0.0.11"
 IPS = ["127.0.0.12", "127.0.0.13", "127.0.0.14"]
+IMAGE_IP = "127.0.0.15"  # the image server (tests/e2e/static_httpd.py), as ironic-image's httpd
+IMAGE_PORT = 6180
 SUSHY_IP = "127.0.0.16"
 AGENT_IP = "127.0.0.17"
 SUSHY_PORT = 8000  # shard k listens on SUSHY_PORT + k
@@ -53,7 +55,7 @@ def make_hosts(n):
     return [Host(i, i % k) for i in range(n)]
 
 
-def sushy_config(shard, hosts):
+def sushy_config(shard, hosts, state_dir):
     """sushy-tools' configuration (a Python file) for one shard, fake driver with its systems;
     each power change is notified to the shard's fake-ipa (EXTERNAL_NOTIFICATION_URL)."""
     systems = [
@@ -72,6 +74,9 @@ def sushy_config(shard, hosts):
 SUSHY_EMULATOR_LISTEN_IP = "{SUSHY_IP}"
 SUSHY_EMULATOR_LISTEN_PORT = {SUSHY_PORT + shard}
 SUSHY_EMULATOR_FAKE_DRIVER = True
+# The fake driver keeps its systems in a database (memoize.PersistentDict), by default in
+# $TMPDIR/sushy-emulator, shared by every run: one of the run's own, so each starts powered off.
+SUSHY_EMULATOR_STATE_DIR = "{state_dir}"
 EXTERNAL_NOTIFICATION_URL = "http://{AGENT_IP}:{AGENT_PORT + shard}"
 SUSHY_EMULATOR_FAKE_SYSTEMS = {systems!r}
 """
@@ -158,6 +163,10 @@ max_command_attempts = 30
 # commands would bypass HTTP_PROXY, which covers http:// only): Ironic 39 refuses plain
 # callback URLs unless this is false.
 require_tls = false
+# fake-ipa runs an async command (standby.power_off) only when Ironic next reads the command
+# list, which Ironic does not while it waits for the power-off (it polls Redfish): every deploy
+# would wait out 6 x 5 s and then power off hard. 2 x 5 s keeps that wait, shorter.
+post_deploy_get_power_state_retries = 2
 
 [api]
 {api}
@@ -216,7 +225,10 @@ endpoint_override = {public_url}
 
 
 def image(root):
-    """A small whole-disk image (raw, 8 KiB) and its sha256, for instance_info."""
+    """A small whole-disk image (raw, 8 KiB) and its sha256, for instance_info (served over
+    HTTP as Metal3's images are: Ironic 39 cannot deploy a file:// image_source, its
+    `images.is_source_a_path` reads `.url` of FileImageService's answer, a str), and the
+    deploy kernel and ramdisk (file://, as ironic-image's DEPLOY_KERNEL_URL)."""
     images = os.path.join(root, "images")
     os.makedirs(images, exist_ok=True)
     files = {}
@@ -227,6 +239,8 @@ def image(root):
             f.write(data)
         files[name] = path
     files["sha256"] = hashlib.sha256(b"\0" * 8192).hexdigest()
+    files["dir"] = images
+    files["url"] = f"http://{IMAGE_IP}:{IMAGE_PORT}/disk.img"
     return files
 
 
