@@ -289,12 +289,15 @@ class Scale:
         self.driver = scale_driver.Driver(self.hosts, apis, self.ca, self.files, self.args.limit,
                                           self.args.requeue, workers=16)  # fmt: skip
         self.wall_start = time.time()
+        load0 = os.getloadavg()[0]
         before = self.cpu_now()
         with ironic_e2e.Phase(self.s, f"enrol to active ({len(self.hosts)} hosts)"):
             self.all_active = self.driver.run(time.monotonic() + self.args.timeout,
                                               progress=lambda m: print(f"e2e-scale: {m}", flush=True))  # fmt: skip
         after = self.cpu_now()
         self.cpu = {k: after[k] - before[k] for k in after}
+        self.s.figure("machine load average (1 min) at start, at end",
+                      f"{load0:.1f}, {os.getloadavg()[0]:.1f} (2 cores, shared)")
         self.sampler.stop()
         scale_report.analyse(self)
 

@@ -23,7 +23,7 @@ AGENT_PORT = 9999  # fake-ipa's default; shard k listens on AGENT_PORT + k
 # sleep after every agent they visit (fake_ipa/heartbeater.py), so one process carries about
 # two heartbeats a second whatever its number of agents: shards keep an agent's heartbeats
 # frequent enough for its commands to finish, as Metal3 runs several fake-ipa for scale.
-SHARD_SIZE = 25
+SHARD_SIZE = 10
 # Handed to the agents in the lookup answer (`heartbeat_timeout`); fake-ipa heartbeats every
 # 0.3-0.6 of it, and an async command's result is only read at a heartbeat.
 HEARTBEAT_TIMEOUT = 4
@@ -255,9 +255,12 @@ def haproxy_config(lb_pem, stats_port, ips):
     return f"""# HAProxy for --compare haproxy (written by tests/e2e/scale_setup.py).
 global
   maxconn 10000
+  log stdout format raw local0 info
 
 defaults
   mode http
+  log global
+  option httplog
   timeout connect 5s
   timeout client 120s
   timeout server 120s
