@@ -57,6 +57,7 @@ class Driver:
         self.node = {}  # name -> uuid
         self.active_at = {}  # name -> seconds from start
         self.failed = {}  # name -> reason
+        self.retries = collections.Counter()  # name -> inspections started again
         self.requests = collections.Counter()  # "METHOD status"
         self.errors = []  # (party, text), party "ironic" (5xx) or "driver" (transport)
         self.busy_cache = (0.0, set())
@@ -143,6 +144,13 @@ class Driver:
         uuid = self.node[x.name]
         _, n = self.call("GET", f"/v1/nodes/{uuid}")
         ps = n["provision_state"]
+        if ps == "inspect failed" and self.retries[x.name] < 2:
+            # BMO retries a failed inspection (the host's error count and backoff).
+            self.retries[x.name] += 1
+            self.note_error("tools/ironic", f"{x.name}: inspect failed, inspecting again: "
+                            f"{n.get('last_error')}"[:300])  # fmt: skip
+            self.provision(uuid, {"target": "inspect"})
+            return self.requeue
         if ps in FAILED:
             self.failed[x.name] = f"{ps}: {n.get('last_error')}"
             return None

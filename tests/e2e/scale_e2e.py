@@ -35,7 +35,10 @@ from ironic_proxy_testing import pki  # noqa: E402
 from ironic_proxy_testing.ports import wait_port  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LB_URL = f"https://{ss.LB_HOST}:{h.LB_PORT}"
+
+
+def lb_url():
+    return f"https://{ss.LB_HOST}:{h.LB_PORT}"
 
 
 class Scale:
@@ -89,9 +92,9 @@ class Scale:
         wait_port(ss.IMAGE_PORT, ss.IMAGE_IP, timeout=30)
         self.db.start()
         if self.mode == "proxy":
-            public = LB_URL
+            public = lb_url()
         elif self.mode == "haproxy":
-            public = LB_URL
+            public = lb_url()
             for inst in self.instances:
                 pki.issue(self.bin, self.ca_dir, inst.tls_dir, ips=[inst.ip], validity="24h")
                 shutil.copy(self.ca, os.path.join(inst.tls_dir, "ca.crt"))
@@ -222,7 +225,7 @@ class Scale:
         the three APIs in turn."""
         if self.mode == "direct":
             return f"http://{ss.IPS[shard % 3]}:{h.API_PORT}"
-        return LB_URL
+        return lb_url()
 
     def start_tools(self):
         src = os.environ.get("FAKE_IPA_SRC")
@@ -265,8 +268,16 @@ class Scale:
             g["proxies (HAProxy)"] = [self.lb.pid]
         return g
 
+    def proxy_procs(self):
+        """(name, Popen) of each proxy process."""
+        if self.mode == "proxy":
+            return [("balancer", self.lb)] + [(f"sidecar {i.ip}", i.sidecar) for i in self.instances]
+        return [("HAProxy", self.lb)] if self.mode == "haproxy" else []
+
     def cpu_now(self):
         out = {name: sm.group_cpu(pids) for name, pids in self.groups().items()}
+        for name, p in self.proxy_procs():
+            out[f"each: {name}"] = sm.group_cpu([p.pid])
         t = os.times()
         out["the test (BMO stand-in)"] = t.user + t.system
         out["machine (every process)"] = sm.machine_busy()
@@ -285,7 +296,7 @@ class Scale:
             sources = {"HAProxy": lambda: scale_report.haproxy_current(self.haproxy_stats)}
         self.sampler = sm.Sampler(sources)
         self.sampler.start()
-        apis = [LB_URL] if self.mode != "direct" else [f"http://{ip}:{h.API_PORT}" for ip in ss.IPS]
+        apis = [lb_url()] if self.mode != "direct" else [f"http://{ip}:{h.API_PORT}" for ip in ss.IPS]
         self.driver = scale_driver.Driver(self.hosts, apis, self.ca, self.files, self.args.limit,
                                           self.args.requeue, workers=16)  # fmt: skip
         self.wall_start = time.time()
@@ -295,7 +306,8 @@ class Scale:
             self.all_active = self.driver.run(time.monotonic() + self.args.timeout,
                                               progress=lambda m: print(f"e2e-scale: {m}", flush=True))  # fmt: skip
         after = self.cpu_now()
-        self.cpu = {k: after[k] - before[k] for k in after}
+        self.cpu = {k: after[k] - before[k] for k in after if not k.startswith("each: ")}
+        self.cpu_each = {k[6:]: after[k] - before[k] for k in after if k.startswith("each: ")}
         self.s.figure("machine load average (1 min) at start, at end",
                       f"{load0:.1f}, {os.getloadavg()[0]:.1f} (2 cores, shared)")
         self.sampler.stop()
@@ -328,7 +340,10 @@ def main():
                         help="seconds between reconciles of a waiting host (BMO: 10)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds for all to be active")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--address-base", type=int, default=11,
+                        help="use 127.0.0.BASE to BASE+6 (two runs side by side)")
     args = parser.parse_args()
+    ss.set_base(args.address_base)
     summary = scale_report.summary(args.compare or "proxy")
     ironic_e2e.run_scenario(Scale, args, summary)
 

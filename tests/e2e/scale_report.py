@@ -104,15 +104,12 @@ def memory_report(e):
     if e.mode == "direct":
         return
     parts = []
-    if e.mode == "proxy":
-        procs = [("balancer", e.lb)] + [(f"sidecar {i.ip}", i.sidecar) for i in e.instances]
-    else:
-        procs = [("HAProxy", e.lb)]
-    for name, p in procs:
+    for name, p in e.proxy_procs():
         pids = cpu.tree(p.pid)
         peak = cpu.peak_rss_kib(pids) / 1024
-        conns = e.sampler.peak.get(name if e.mode == "proxy" else "HAProxy", 0)
-        parts.append(f"{name}: peak RSS {peak:.1f} MiB, peak open client connections {conns}")
+        conns = e.sampler.peak.get(name, 0)
+        parts.append(f"{name}: CPU {e.cpu_each.get(name, 0):.1f} s, peak RSS {peak:.1f} MiB, "
+                     f"peak open client connections {conns}")  # fmt: skip
     e.s.figure("proxies' memory and connections", "\n    " + "\n    ".join(parts))
 
 

@@ -30,6 +30,17 @@ HEARTBEAT_TIMEOUT = 4
 REDFISH_USER, REDFISH_PASSWORD = "admin", "password"
 
 
+def set_base(base):
+    """Moves every address to 127.0.0.<base>-<base+6> (default 11): two runs side by side, e.g.
+    two modes under the same machine load."""
+    global LB_HOST, IPS, IMAGE_IP, SUSHY_IP, AGENT_IP
+    if not 5 <= base <= 248:
+        raise ValueError(f"address base {base} outside 5..248")
+    LB_HOST = f"127.0.0.{base}"
+    IPS = [f"127.0.0.{base + i}" for i in (1, 2, 3)]
+    IMAGE_IP, SUSHY_IP, AGENT_IP = (f"127.0.0.{base + i}" for i in (4, 5, 6))
+
+
 def shards(n):
     return max(1, (n + SHARD_SIZE - 1) // SHARD_SIZE)
 
@@ -99,9 +110,10 @@ FAKE_IPA_CAFILE = {ca!r}
 # fake-ipa waits this long after a power-on notification (fake_agent.py: "waiting for ironic
 # to unlock the node"): sushy-tools applies a power change 1-11 s after it is asked and Ironic
 # holds the node until it sees it, and an inspection POST that arrives before the node waits
-# is refused and never retried. The default 180-240 s models real hardware.
-FAKE_IPA_MIN_BOOT_TIME = 20
-FAKE_IPA_MAX_BOOT_TIME = 30
+# is refused and never retried (the driver then inspects again, after Ironic's
+# inspect_wait_timeout). The default 180-240 s models real hardware.
+FAKE_IPA_MIN_BOOT_TIME = 30
+FAKE_IPA_MAX_BOOT_TIME = 40
 FAKE_IPA_REDFISH_URL = "http://{SUSHY_IP}:{SUSHY_PORT + shard}"
 FAKE_IPA_REDFISH_USER = "{REDFISH_USER}"
 FAKE_IPA_REDFISH_PASSWORD = "{REDFISH_PASSWORD}"
@@ -178,6 +190,9 @@ automated_clean = true
 deploy_callback_timeout = 4800
 node_history = False
 power_state_change_timeout = 120
+# Inspection data that fake-ipa posted too early is never posted again (see fake_ipa_config):
+# the node then fails after this, and the driver inspects it again, as BMO retries.
+inspect_wait_timeout = 240
 file_url_allowed_paths = {d}/master,{os.path.dirname(d)}/images
 
 [database]
@@ -254,7 +269,7 @@ def haproxy_config(lb_pem, stats_port, ips):
     )
     return f"""# HAProxy for --compare haproxy (written by tests/e2e/scale_setup.py).
 global
-  maxconn 10000
+  maxconn 8000
   log stdout format raw local0 info
 
 defaults
