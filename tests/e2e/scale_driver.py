@@ -119,6 +119,8 @@ class Driver:
             if time.monotonic() - t < 1.0:
                 return names
         _, body = self.call("GET", "/v1/nodes?fields=uuid,name,provision_state,boot_interface")
+        if body is None:
+            raise ApiError("node list: busy (409/503)")
         names = {n["name"] for n in body["nodes"] if n["provision_state"] in BUSY}
         with self.lock:
             self.busy_cache = (time.monotonic(), names)
@@ -143,6 +145,8 @@ class Driver:
             return self.enrol(x)
         uuid = self.node[x.name]
         _, n = self.call("GET", f"/v1/nodes/{uuid}")
+        if n is None:  # 409 or 503 (a balancer with no healthy endpoint): next reconcile
+            return self.requeue
         ps = n["provision_state"]
         if ps == "inspect failed" and self.retries[x.name] < 2:
             # BMO retries a failed inspection (the host's error count and backoff).
@@ -208,7 +212,7 @@ class Driver:
             "properties": {"capabilities": "boot_mode:uefi", "cpu_arch": "x86_64"},
         }
         code, n = self.call("POST", "/v1/nodes", body)
-        if code == 409:
+        if code in (409, 503):
             return self.requeue
         uuid = n["uuid"]
         self.node[x.name] = uuid
@@ -220,7 +224,7 @@ class Driver:
              "value": "file://" + self.files["ramdisk"]},
             {"op": "replace", "path": "/automated_clean", "value": True},
         ]  # fmt: skip
-        while self.call("PATCH", f"/v1/nodes/{uuid}", patch)[0] == 409:
+        while self.call("PATCH", f"/v1/nodes/{uuid}", patch)[0] in (409, 503):
             time.sleep(0.5)
         self.state[x.name] = "enrolled"
         return 0.5
@@ -237,7 +241,7 @@ class Driver:
             {"op": "add", "path": "/driver_info/force_persistent_boot_device",
              "value": "Default"},
         ]  # fmt: skip
-        while self.call("PATCH", f"/v1/nodes/{uuid}", patch)[0] == 409:
+        while self.call("PATCH", f"/v1/nodes/{uuid}", patch)[0] in (409, 503):
             time.sleep(0.5)
 
     def provision(self, uuid, body):
