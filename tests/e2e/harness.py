@@ -376,14 +376,15 @@ def sidecar_profile_env(inst, ca_dir, peer_ips):
     }
 
 
-def lb_config(ca_dir, admin_port, dns_port):
-    """The DaemonSet-style load balancer: peers from DNS only, TLS to them."""
+def lb_config(ca_dir, admin_port, dns_port, host=LB_HOST):
+    """The DaemonSet-style load balancer: peers from DNS only, TLS to them. `host`: its address
+    (the scale e2e runs on addresses of its own)."""
     return f"""# DaemonSet-style load balancer (written by tests/e2e/harness.py).
 [identity]
 trust = "{ca_dir}/ca.crt"
 issuer_cert = "{ca_dir}/ca.crt"
 issuer_key = "{ca_dir}/ca.key"
-ip_addresses = ["{LB_HOST}"]
+ip_addresses = ["{host}"]
 validity = "1h"
 
 [admin]
@@ -398,7 +399,7 @@ drain_timeout = "5s"
 
 [[listeners]]
 name = "api"
-listen = "{LB_HOST}:{LB_PORT}"
+listen = "{host}:{LB_PORT}"
 tls = "server"
 
 [listeners.upstream]
