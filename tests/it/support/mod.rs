@@ -402,6 +402,21 @@ impl<S: Stream> HttpConn<S> {
         (out, closed)
     }
 
+    /// The first response head, waited for as long as the read timeout allows, then whatever
+    /// follows until `quiet` passes without a byte or the server closes: the quiet bounds only
+    /// the look for bytes after the answer, never the wait for the answer itself.
+    pub(crate) fn head_then_drain(&mut self, quiet: Duration) -> Vec<u8> {
+        let mut out = Vec::new();
+        while !out.ends_with(b"\r\n\r\n") {
+            match self.r.read_until(b'\n', &mut out) {
+                Ok(0) | Err(_) => return out,
+                Ok(_) => {}
+            }
+        }
+        out.extend(self.drain(quiet).0);
+        out
+    }
+
     /// Waits up to `within` for the server to close the connection; panics if it sends data.
     /// Returns how long it took, or `None` if the connection stayed open.
     pub(crate) fn wait_closed(&mut self, within: Duration) -> Option<Duration> {
