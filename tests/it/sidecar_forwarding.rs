@@ -298,7 +298,7 @@ fn python_requests_session_through_server_and_mutual_listeners() {
         }
         assert_eq!(up.connections(), 1, "{listener}: one upstream connection");
     }
-    let clients = access_clients(&proxy.wait_access_logs(6, Duration::from_secs(2)));
+    let clients = access_clients(&proxy.wait_access_logs(6, support::HANG));
     assert_eq!(clients.len(), 6, "{:?}", proxy.access_logs());
     assert!(clients[..3].iter().all(|c| *c == clients[0]));
     assert!(clients[3..].iter().all(|c| *c == clients[3]));
