@@ -324,7 +324,7 @@ fn an_extra_response_from_the_upstream_never_reaches_another_request() {
                 let mut c = rig.conn(listener);
                 c.send(format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
                     .expect("send");
-                let raw = c.head_then_drain(Duration::from_millis(200));
+                let (raw, _) = c.head_then_drain(Duration::from_millis(200));
                 let text = String::from_utf8_lossy(&raw).into_owned();
                 assert!(
                     text.starts_with(&format!("HTTP/1.1 {status}")),
@@ -474,7 +474,7 @@ fn a_reset_during_a_large_request_body_gives_502() {
         .into_bytes();
         raw.extend_from_slice(&body);
         let _ = c.send(&raw);
-        let (bytes, _) = c.drain(Duration::from_secs(3));
+        let (bytes, _) = c.head_then_drain(Duration::from_secs(3));
         let text = String::from_utf8_lossy(&bytes);
         assert!(text.starts_with("HTTP/1.1 502"), "[{listener}]: {text}");
         rig.normal(listener, 0);
@@ -605,7 +605,7 @@ fn client_faults_never_eject_healthy_upstreams() {
                 continue;
             }
             let mut c = HttpConn::new(s);
-            let (bytes, _) = c.drain(Duration::from_secs(2));
+            let (bytes, _) = c.head_then_drain(Duration::from_secs(2));
             let st = support::status_lines(&bytes);
             statuses.push(format!("{round} {name}: {st:?}"));
             assert_eq!(st, [400], "{name}: a client fault is a 400");
