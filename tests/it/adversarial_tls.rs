@@ -557,7 +557,7 @@ fn bad_client_certificates_are_refused_at_the_handshake() {
                 !err.contains("HTTP"),
                 "{name} over {v}: no HTTP exchange: {err}"
             );
-            let counted = support::poll_until(Duration::from_secs(2), || {
+            let counted = support::poll_until(support::HANG, || {
                 let n = failures_for(&rig, "rpc", reason) - before;
                 (n >= 1.0).then_some(n)
             });

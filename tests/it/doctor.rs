@@ -389,6 +389,10 @@ fn check_and_doctor_name_a_node_outside_the_ca_and_the_peer_cidrs() {
         &["--permit-ip", "127.0.0.0/30", "--permit-dns", "metal3.svc"],
     );
     std::fs::write(d.join("egress"), "ironic-rpc:secret\n").expect("write credentials");
+    // A DNS server that answers (NXDOMAIN for the API's service name): `doctor` waits for its
+    // answer, where a silent address cost it a query timeout per address family and, on a
+    // loaded machine, the whole run past the CLI's bound.
+    let dns = Dnsmasq::start("cluster.local", 5);
     let s = |p: PathBuf| p.display().to_string();
     let base = [
         ("POD_NAME", "ironic-3".to_owned()),
@@ -399,7 +403,7 @@ fn check_and_doctor_name_a_node_outside_the_ca_and_the_peer_cidrs() {
         ("IRONIC_PROXY_EXPORT_DIR", s(d.join("export"))),
         ("IRONIC_PROXY_HTPASSWD", "none".to_owned()),
         ("IRONIC_PROXY_EGRESS_CREDENTIALS", s(d.join("egress"))),
-        ("IRONIC_PROXY_DNS_SERVERS", "127.0.0.1:9".to_owned()),
+        ("IRONIC_PROXY_DNS_SERVERS", dns.addr().to_string()),
     ];
     let with_ip = |ip: &'static str| {
         let mut e: Vec<(&str, &str)> = base.iter().map(|(k, v)| (*k, v.as_str())).collect();

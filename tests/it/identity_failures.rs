@@ -256,7 +256,7 @@ fn a_running_proxy_that_loses_its_ca_keeps_its_certificate_while_valid() {
     );
     assert!(
         proxy
-            .wait_log(Duration::from_secs(2), |l| l.contains("renewal failed")
+            .wait_log(support::HANG, |l| l.contains("renewal failed")
                 && l.contains("ca.crt"))
             .is_some(),
         "the failed renewal is logged, naming the file: {:#?}",

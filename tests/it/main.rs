@@ -27,6 +27,7 @@ mod discovery_dns;
 mod doctor;
 mod dual_stack;
 mod egress;
+mod egress_identity;
 mod egress_strict;
 mod faults_load;
 mod identity_ca_rotation;

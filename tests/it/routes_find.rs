@@ -389,7 +389,7 @@ fn one_port_serves_tls_to_handshakes_and_only_boot_routes_over_plain_http() {
     let silent = std::net::TcpStream::connect(c.proxy.addr("api")).expect("connect");
     let mut junk = HttpConn::tcp(c.proxy.addr("api")).expect("connect");
     junk.send(b"\x00\x01\x02\r\n\r\n").expect("send");
-    let (answer, closed) = junk.drain(Duration::from_secs(2));
+    let (answer, closed) = junk.head_then_drain(Duration::from_secs(2));
     assert_eq!(
         support::status_lines(&answer),
         [400],

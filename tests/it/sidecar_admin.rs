@@ -4,7 +4,6 @@
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 use support::{
     curl, json_object, metric, poll_until, tls_client_config, HttpConn, LeafSpec, Proxy, Sandbox,
     Tls, Upstream,
@@ -102,7 +101,7 @@ fn healthz_readyz_and_metrics_report_what_happened() {
     );
 
     drop(c);
-    let closed = poll_until(Duration::from_secs(3), || {
+    let closed = poll_until(support::HANG, || {
         (proxy.metric("ironic_proxy_active_connections", &[("listener", "api")]) == 0.0)
             .then_some(())
     });
@@ -204,7 +203,7 @@ fn no_stray_access_lines(sb: &Sandbox, proxy: &Proxy, sent: usize) {
     let mut c = HttpConn::tls(proxy.addr("api"), cfg).unwrap();
     let r = c.request("GET", "/v1/barrier", &[], b"").unwrap();
     assert_eq!(r.status, 200);
-    let lines = proxy.wait_access_logs(sent + 1, Duration::from_secs(3));
+    let lines = proxy.wait_access_logs(sent + 1, support::HANG);
     assert_eq!(lines.len(), sent + 1, "one line per request: {lines:#?}");
     assert!(lines[sent].contains("/v1/barrier"), "{lines:#?}");
 }
@@ -219,7 +218,7 @@ fn access_log_has_one_text_line_per_request_with_every_field() {
         .listener("json-rpc", Tls::Mutual, &up.address())
         .start();
     let sent = traffic(&sb, &proxy);
-    let lines = proxy.wait_access_logs(sent.len(), Duration::from_secs(3));
+    let lines = proxy.wait_access_logs(sent.len(), support::HANG);
     no_stray_access_lines(&sb, &proxy, sent.len());
     let upstream = up.address();
     for (line, (path, status, bytes, identity)) in lines.iter().zip(&sent) {
@@ -266,7 +265,7 @@ fn access_log_in_json_is_one_object_per_request() {
         .json_logs()
         .start();
     let sent = traffic(&sb, &proxy);
-    let lines = proxy.wait_access_logs(sent.len(), Duration::from_secs(3));
+    let lines = proxy.wait_access_logs(sent.len(), support::HANG);
     no_stray_access_lines(&sb, &proxy, sent.len());
     for line in proxy.logs() {
         json_object(&line); // every stderr line is JSON, not only the access log

@@ -62,7 +62,7 @@ fn max_connections_closes_extra_connections_at_once_and_counts_them() {
 
     // A slot frees when a connection closes.
     drop(c2);
-    let c4 = poll_until(Duration::from_secs(3), || {
+    let c4 = poll_until(HANG, || {
         let mut c = HttpConn::tcp(addr).ok()?;
         c.get("/4").ok().filter(|r| r.status == 200).map(|_| c)
     });

@@ -264,9 +264,7 @@ fn a_bad_new_certificate_keeps_the_last_good_one() {
         let before = failures();
         rename_over(&sb.path("tls.crt"), crt);
         proxy.signal("HUP");
-        let failed = poll_until(Duration::from_secs(3), || {
-            (failures() > before).then_some(())
-        });
+        let failed = poll_until(support::HANG, || (failures() > before).then_some(()));
         assert!(failed.is_some(), "{what}: reload failure must be counted");
         assert_eq!(
             presented(&proxy, "api", &cfg),

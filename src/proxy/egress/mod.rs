@@ -13,16 +13,19 @@
 //! | no | in `ports` | 403, never dialled: JSON-RPC never leaves in clear | `target_refused` |
 //! | any other | | `others = "relay"`: relayed in plain HTTP; `"refuse"`: 403 | `relayed` |
 //!
-//! A plain relay (`plain`, `relayed`) sends the request to `<host>:<port>` as the client would
-//! have sent it without a proxy: origin form, `Proxy-Authorization` and hop-by-hop fields
-//! removed, the client's other fields as they were, `Via` added (RFC 9110 §7.6.3); no TLS,
-//! never the sidecar's identity. A relayed request is origin form, which this listener refuses
-//! (400 `origin_form`), so a target that names the egress itself under any name costs one hop
-//! and cannot loop; its own address and an unspecified one (`0.0.0.0`, `::`, which Linux
-//! connects to the host itself) are refused up front. Names are resolved when a connection is
-//! made, by the system resolver (getaddrinfo through tokio: the pod's `/etc/hosts` and
-//! `resolv.conf`, as Ironic's direct call would), within the connect timeout; the answer is
-//! bounded by `upstream_timeout`; bodies are streamed past the forwarding service's buffer.
+//! A plain relay (`plain`, `relayed`) sends the request to `<host>:<port>` as the client would have
+//! sent it without a proxy: origin form, `Proxy-Authorization` and hop-by-hop fields removed, the
+//! client's other fields as they were, `Via` added (RFC 9110 §7.6.3); no TLS, never the sidecar's
+//! identity. On every path, relays included, the identity fields a client could forge
+//! (`X-Forwarded-Client-Cert`, `Forwarded`, names with `_`) never leave: the server behind a relay
+//! may be a peer that trusts them, and on the mutual-TLS path the peer learns the caller from the
+//! sidecar's client certificate alone. A relayed request is origin form, which this listener
+//! refuses (400 `origin_form`), so a target that names the egress itself under any name costs one
+//! hop and cannot loop; its own address and an unspecified one (`0.0.0.0`, `::`, which Linux
+//! connects to the host itself) are refused up front. Names are resolved when a connection is made,
+//! by the system resolver (getaddrinfo through tokio: the pod's `/etc/hosts` and `resolv.conf`, as
+//! Ironic's direct call would), within the connect timeout; the answer is bounded by
+//! `upstream_timeout`; bodies are streamed past the forwarding service's buffer.
 //!
 //! It is not an open proxy. Refused, never forwarded, in this order: a client that is not on
 //! loopback (403: the listener only binds loopback, this is defence in depth), `CONNECT` (405),
@@ -404,11 +407,12 @@ impl Egress {
     }
 }
 
-/// The fields of a plain relay: the client's own (its `X-Forwarded-*` too: they would have
-/// reached the server without a proxy) minus the hop-by-hop ones and `Proxy-Authorization`
-/// (RFC 9110 §7.6.1), plus `Via`, which a proxy must add (RFC 9110 §7.6.3).
+/// The fields of a plain relay: the client's own (its `X-Forwarded-For` and the like too: they
+/// would have reached the server without a proxy) minus the hop-by-hop ones and
+/// `Proxy-Authorization` (RFC 9110 §7.6.1) and minus the identity fields of
+/// [`super::headers::strip_relayed`], plus `Via`, which a proxy must add (RFC 9110 §7.6.3).
 pub(crate) fn rewrite_relayed(h: &mut http::HeaderMap, version: http::Version) {
-    super::headers::strip_hop_by_hop(h);
+    super::headers::strip_relayed(h);
     h.append(
         header::VIA,
         HeaderValue::from_static(if version == http::Version::HTTP_10 {

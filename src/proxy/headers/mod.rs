@@ -15,6 +15,10 @@
 //!   replaced by ours; `X-Forwarded-For` gets the client address appended; `Via` gets our entry.
 //!   A client's RFC 7239 `Forwarded` is removed: oslo.middleware's HTTPProxyToWSGI (Ironic's
 //!   proxy-header parser) prefers it over `X-Forwarded-*`, so it would override ours.
+//! - A plain relay (the egress's `plain_ports` and `others = "relay"`) keeps the client's fields
+//!   but never its identity ones ([`strip_relayed`]): `X-Forwarded-Client-Cert`, `Forwarded`
+//!   and underscore names go there too, since the server behind may trust them as an
+//!   ironic-proxy's, and the relay has no verified identity to put in their place.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Version};
@@ -145,6 +149,14 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 /// Removes hop-by-hop fields, including those named in `Connection` (RFC 9110 §7.6.1).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     strip(headers, false, &[]);
+}
+
+/// The fields of a request relayed as the client would have sent it without a proxy: the
+/// hop-by-hop ones go, and so does every field a client could claim an identity with
+/// (`X-Forwarded-Client-Cert`, `Forwarded`, any name with `_`), exactly as [`rewrite_request`]
+/// removes them; no value of ours replaces them.
+pub fn strip_relayed(headers: &mut HeaderMap) {
+    strip(headers, true, &[XFCC, FORWARDED]);
 }
 
 /// One pass over the field names instead of a lookup per hop-by-hop name, and no allocation in

@@ -121,6 +121,24 @@ fn spoofed_identity_never_survives() {
 }
 
 #[test]
+fn a_relay_keeps_the_clients_fields_but_no_identity_ones() {
+    let mut h = map(&[
+        ("x-forwarded-client-cert", "Hash=evil"),
+        ("X-Forwarded-Client-Cert", "Hash=evil2"),
+        ("x_forwarded_client_cert", "Hash=evil3"),
+        ("X_Forwarded_Client_Cert", "Hash=evil4"),
+        ("Forwarded", "for=1.2.3.4"),
+        ("x-forwarded-for", "1.2.3.4"),
+        ("x-request-id", "r1"),
+        ("connection", "close"),
+    ]);
+    strip_relayed(&mut h);
+    let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+    left.sort_unstable();
+    assert_eq!(left, ["x-forwarded-for", "x-request-id"]);
+}
+
+#[test]
 fn via_detection() {
     assert!(!came_through_proxy(&map(&[("via", "1.1 nginx")])));
     assert!(came_through_proxy(&map(&[(

@@ -11,7 +11,7 @@
 //! It runs on its own thread and runtime, so tests can block freely.
 
 use crate::support::ports::{self, KeptListener};
-use crate::support::upstream::{accept_until, serve_on_thread};
+use crate::support::upstream::{accept_until, header_pairs, serve_on_thread};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -35,6 +35,8 @@ pub(crate) struct Hit {
     pub at: Instant,
     /// The leaf certificate (DER) the client presented, on TLS backends that asked for one.
     pub client_cert: Option<Vec<u8>>,
+    /// The request's fields as parsed (names lower-cased), in order.
+    pub headers: Vec<(String, String)>,
 }
 
 /// TLS for a backend: its certificate and key (PEM), and optionally a CA whose client
@@ -312,11 +314,11 @@ async fn handle(
         shared.checks.lock().expect("checks").push((at, ok));
         return reply(if ok { 200 } else { 503 }, shared.id.clone());
     }
-    shared
-        .hits
-        .lock()
-        .expect("hits")
-        .push(Hit { at, client_cert });
+    shared.hits.lock().expect("hits").push(Hit {
+        at,
+        client_cert,
+        headers: header_pairs(&parts.headers),
+    });
     let delay = shared.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
         // Exercised: the slow backend a test asked for.

@@ -402,6 +402,23 @@ impl<S: Stream> HttpConn<S> {
         (out, closed)
     }
 
+    /// The first response head, waited for as long as the read timeout allows, then whatever
+    /// follows until the server closes or `quiet` passes without a byte, as [`Self::drain`]:
+    /// the quiet bounds only the look for bytes after the answer, never the wait for the
+    /// answer itself, which a loaded machine can delay past any quiet window.
+    pub(crate) fn head_then_drain(&mut self, quiet: Duration) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        while !out.ends_with(b"\r\n\r\n") {
+            match self.r.read_until(b'\n', &mut out) {
+                Ok(0) | Err(_) => return (out, true),
+                Ok(_) => {}
+            }
+        }
+        let (rest, closed) = self.drain(quiet);
+        out.extend(rest);
+        (out, closed)
+    }
+
     /// Waits up to `within` for the server to close the connection; panics if it sends data.
     /// Returns how long it took, or `None` if the connection stayed open.
     pub(crate) fn wait_closed(&mut self, within: Duration) -> Option<Duration> {
