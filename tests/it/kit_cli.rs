@@ -392,17 +392,19 @@ fn write_site(dir: &Path, site: &Site) {
         dir.join("kustomization.yaml"),
         format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-             namespace: metal3\nresources:\n  - namespace.yaml\n  - {kit}\n{extra}\
-             patches:\n  - path: site.yaml\nimages:\n  - name: ironic-proxy\n    \
+             namespace: metal3\nresources:\n  - {kit}\n{extra}\
+             patches:\n  - path: site.yaml\n  - path: namespace.yaml\nimages:\n  - name: ironic-proxy\n    \
              newName: registry.example/ironic-proxy\n{proxy_digest}  \
              - name: quay.io/metal3-io/ironic\n    digest: {}\n",
             digest('2')
         ),
     )
     .unwrap();
-    let labels = site.psa.map_or(String::new(), |level| {
-        format!("  labels:\n    pod-security.kubernetes.io/enforce: {level}\n")
-    });
+    // A patch of the kit's own Namespace; null deletes the label (a strategic merge patch).
+    let labels = format!(
+        "  labels:\n    pod-security.kubernetes.io/enforce: {}\n",
+        site.psa.unwrap_or("null")
+    );
     fs::write(
         dir.join("namespace.yaml"),
         format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: metal3\n{labels}"),

@@ -271,8 +271,16 @@ fn object(d: &Yaml, o: &mut Overlay) {
             let labels = o.namespaces.entry(name.to_owned()).or_default();
             if let Some(h) = d["metadata"]["labels"].as_hash() {
                 for (k, v) in h {
-                    if let (Some(k), Some(v)) = (k.as_str(), text(v)) {
-                        labels.insert(k.to_owned(), v);
+                    let Some(k) = k.as_str() else { continue };
+                    match text(v) {
+                        Some(v) => {
+                            labels.insert(k.to_owned(), v);
+                        }
+                        // A strategic merge patch deletes a key it sets to null.
+                        None if v.is_null() => {
+                            labels.remove(k);
+                        }
+                        None => {}
                     }
                 }
             }
