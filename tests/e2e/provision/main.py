@@ -8,8 +8,10 @@ Stages, each a check line; the last line is `e2e-provision: N passed, N failed`.
 
 import argparse
 import os
+import re
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -102,6 +104,42 @@ def provision(api, timeline, uuid, label, verb, want, body=None, timeout=STEP):
     wait_for(f"{label} to reach {want}", done, timeout, interval=1)
 
 
+def access(path):
+    """The JSON access lines of a proxy log (the sidecar's, the balancer's)."""
+    out = []
+    try:
+        text = open(path, errors="replace").read()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if '"access"' in line or " access: " in line:
+            out.append(line)
+    return out
+
+
+# A VM's address from the DHCP range (the nodes are .11-.13), as the sidecar logs a client.
+VM_CLIENT = re.compile(r"client=\[(::ffff:)?172\.22\.0\.1\d\d\]|client=\[fd2e:22::1\d\d\]")
+
+
+def pxe_chain(run, kit, owner, uuid, timeout):
+    """The PXE chain of a host, from the logs: boot.ipxe and the per-node config through a
+    sidecar's plain boot route (from the VM's DHCP address), then the deploy kernel from the
+    owning conductor's httpd."""
+    def seen():
+        boot = [l for r in CPS for l in access(kit.log(r, "ironic-proxy"))
+                if "boot.ipxe" in l and VM_CLIENT.search(l) and "status=200" in l]
+        conf = [l for r in CPS for l in access(kit.log(r, "ironic-proxy"))
+                if "pxelinux.cfg/" in l and "status=200" in l]
+        kernel = [l for l in open(kit.log(owner, "httpd"), errors="replace")
+                  if f"/{uuid}/deploy_kernel" in l and '"status": 200' in l]
+        return (boot, conf, kernel) if boot and conf and kernel else None
+    got = wait_for("the PXE chain (boot.ipxe, the node's config, the deploy kernel)", seen,
+                   timeout or 1, interval=2)
+    run.check("PXE chain through the sidecars", True,
+              f"boot.ipxe {len(got[0])}x, config {len(got[1])}x via the boot route; deploy "
+              f"kernel from {owner}'s httpd {len(got[2])}x")
+
+
 def deploy(run, api, timeline, kit, uuid, host, label, tmp):
     """As baremetal-operator provisions (pkg/provisioner/ironic/ironic.go Provision and
     getInstanceUpdateOpts: instance_info image_source, image_os_hash_algo/value,
@@ -161,10 +199,16 @@ def main():
         topo.up()
         for vip in topo.addresses("vip"):  # the balancer's address, in svc
             topo.add_address("svc", vip, record=False)
+        # libvirtd first: its QEMU capability probe overlaps the control plane's start.
+        libvirt.start()
+        warm = subprocess.Popen(["virsh", "-c", "qemu:///system", "domcapabilities",
+                                 "--virttype", "qemu"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
         ipa = ipa_files(args.ipa)
         run.check("deploy ramdisk", ipa is not None,
                   f"{args.ipa}" if ipa else "none built (scripts/build-ipa-ramdisk): "
                   "placeholders, the PXE chain stops at the kernel download")
+        real_ipa = ipa is not None
         ipa = ipa or placeholder_ipa(tmp)
         kit = Kit(topo, tmp, args.proxy_bin, args.ironic_venv, password,
                   f"ironic:{secrets.token_hex(24)}", args.ca_dir)
@@ -194,8 +238,8 @@ def main():
                   ", ".join(alive))
         if args.until == "up":
             return
-        run.stage("BMC: libvirtd, sushy-tools")
-        libvirt.start()
+        run.stage("BMC: sushy-tools on libvirt")
+        warm.wait(timeout=600)
         users = os.path.join(tmp, "bmc-htpasswd")
         bmc_pw = secrets.token_hex(8)
         os.system(f"htpasswd -nbB admin {bmc_pw} > {users}")
@@ -213,7 +257,13 @@ def main():
         if args.until == "enrolled":
             return
         run.stage("inspect host-a (agent): PXE boot through the sidecars' boot routes")
+        owner_role = next(r for r in CPS if topo.ip(r) == owner.split(":")[0])
+        if not real_ipa:
+            api.call("PUT", f"/v1/nodes/{a}/states/provision", json={"target": "inspect"})
+            pxe_chain(run, kit, owner_role, a, 900)
+            return
         provision(api, timeline, a, "host-a", "inspect", "manageable")
+        pxe_chain(run, kit, owner_role, a, 0)
         run.check("inspected host-a", True)
         if args.until == "inspected":
             return
