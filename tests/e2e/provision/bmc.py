@@ -37,11 +37,20 @@ class Libvirt:
         # libvirtd sees no usable /dev/kvm (an empty file bound over it in its own mount
         # namespace): guests stall under KVM here, and so does libvirt's probe of QEMU with
         # KVM, which holds every capabilities call (sushy-tools makes them) for minutes.
+        # Its QEMU then runs without libvirt's private /dev (qemu.conf `namespaces = []`,
+        # bound over the system's file in the same namespace), which would copy that file.
         nokvm = os.path.join(self.tmp, "no-kvm")
         open(nokvm, "w").close()
+        # The whole /etc/libvirt is a copy of the run's (Debian ships no qemu.conf without
+        # libvirt-daemon-config-qemu): the domains defined live and die with the run too.
+        etc = os.path.join(self.tmp, "etc-libvirt")
+        shutil.copytree("/etc/libvirt", etc, symlinks=True)
+        with open(os.path.join(etc, "qemu.conf"), "a") as f:
+            f.write("\nnamespaces = []\n")
         argv = {"virtlogd": ["/usr/sbin/virtlogd"],
                 "libvirtd": ["unshare", "-m", "--propagation", "private", "sh", "-c",
-                             f"[ -e /dev/kvm ] && mount --bind {nokvm} /dev/kvm; "
+                             f"mount --bind {etc} /etc/libvirt && "
+                             f"{{ [ ! -e /dev/kvm ] || mount --bind {nokvm} /dev/kvm; }} && "
                              "exec /usr/sbin/libvirtd"]}
         for prog in ("virtlogd", "libvirtd"):
             log = open(os.path.join(self.tmp, f"{prog}.log"), "ab")  # noqa: SIM115

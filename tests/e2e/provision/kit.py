@@ -93,6 +93,13 @@ class Kit:
         iso = os.path.join(layer, "usr/share/syslinux/isolinux.bin")
         os.makedirs(os.path.dirname(iso), exist_ok=True)
         shutil.copyfile("/usr/lib/ISOLINUX/isolinux.bin", iso)
+        # The image's iPXE binaries (from metal3-io/ipxe-binaries, copied to /tftpboot by its
+        # Dockerfile): Debian's builds, which rundnsmasq copies into /shared/tftpboot.
+        for src, name in (("undionly.kpxe", "undionly.kpxe"),
+                          ("snponly.efi", "snponly-x86_64.efi")):
+            shutil.copyfile(f"/usr/lib/ipxe/{src}", os.path.join(layer, "tftpboot", name))
+        # dnsmasq: the host's own (Debian's), the recorder removed from the layer.
+        os.unlink(os.path.join(layer, "usr/sbin/dnsmasq"))
         for rel, body in progs.items():
             path = os.path.join(layer, rel)
             with open(path, "w") as f:
