@@ -20,7 +20,7 @@ import traceback
 from ironic_proxy_testing.procs import Failure, wait_for
 from ironic_proxy_testing.topology import Topology
 
-from . import bmc, image, services
+from . import bmc, image, report, services
 from .api import Api, Timeline
 from .kit import API_PORT, Kit, wait_listening
 
@@ -138,6 +138,36 @@ def pxe_chain(run, kit, owner, uuid, timeout):
     run.check("PXE chain through the sidecars", True,
               f"boot.ipxe {len(got[0])}x, config {len(got[1])}x via the boot route; deploy "
               f"kernel from {owner}'s httpd {len(got[2])}x")
+
+
+def proxy_logs(tmp):
+    logs = [("balancer", os.path.join(tmp, "svc-balancer.log"))]
+    return logs + [("sidecar", os.path.join(tmp, f"{r}-ironic-proxy.log")) for r in CPS]
+
+
+def summary(run, tmp):
+    table = report.counts(proxy_logs(tmp))
+    if not table:
+        return
+    report.print_counts(table)
+    bad = report.failed_by_proxy(table)
+    run.check("0 requests failed by the proxies", bad == 0, f"{bad} with blame=proxy")
+
+
+def agent_traffic(run, tmp):
+    """IPA's lookups and heartbeats through the balancer's VIP; Ironic's commands to IPA
+    through the egress relay."""
+    bal = report.parse(os.path.join(tmp, "svc-balancer.log"))
+    lookups = [r for r in bal if r.get("path", "").startswith("/v1/lookup")]
+    beats = [r for r in bal if "/heartbeat" in r.get("path", "")]
+    relay = [r for _, p in proxy_logs(tmp)[1:] for r in report.parse(p)
+             if r.get("listener") == "json-rpc-egress" and r.get("upstream", "").endswith(":9999")]
+    run.check("IPA lookups and heartbeats through the balancer's VIP", lookups and beats,
+              f"lookup {len(lookups)}x, heartbeat {len(beats)}x "
+              f"(statuses {sorted({r['status'] for r in lookups + beats})})")
+    run.check("Ironic's commands to IPA through the egress relay", bool(relay),
+              f"{len(relay)} requests to :9999 "
+              f"(statuses {sorted({r['status'] for r in relay})})")
 
 
 def deploy(run, api, timeline, kit, uuid, host, label, tmp):
@@ -264,7 +294,12 @@ def main():
             return
         provision(api, timeline, a, "host-a", "inspect", "manageable")
         pxe_chain(run, kit, owner_role, a, 0)
-        run.check("inspected host-a", True)
+        inv = api.get(f"/v1/nodes/{a}/inventory", expect=(200,))
+        run.check("inspected host-a", True,
+                  f"{len(inv['inventory'].get('interfaces', []))} interfaces, "
+                  f"{len(inv['inventory'].get('disks', []))} disks, memory "
+                  f"{inv['inventory'].get('memory', {}).get('physical_mb')} MB")
+        agent_traffic(run, tmp)
         if args.until == "inspected":
             return
         provision(api, timeline, a, "host-a", "provide", "available")
@@ -287,6 +322,10 @@ def main():
         if timeline:
             timeline.close()
             timeline.print()
+        try:
+            summary(run, tmp)
+        except Exception as e:  # noqa: BLE001 - the summary must not hide the cleanup
+            run.check("summary", False, repr(e))
         if api:
             api.close()
         for h in hosts:
