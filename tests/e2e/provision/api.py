@@ -66,7 +66,7 @@ class Timeline:
     """Provision states of nodes polled every `interval` s: (seconds since start, state,
     target, conductor) per change."""
 
-    def __init__(self, api, interval=0.5):
+    def __init__(self, api, interval=2.0):
         self.api, self.interval = api, interval
         self.t0 = time.monotonic()
         self.nodes = {}  # uuid -> label

@@ -146,6 +146,9 @@ class Kit:
                         f"https://$(PROVISIONING_IP):{VMEDIA_TLS_PORT}")
                 env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
                 env_set(c, "IPA_FORWARD_CONSOLE", "yes")
+                # One API worker per instance (ironic-image: 0 = one per CPU): three instances
+                # and the VMs share two cores.
+                env_set(c, "NUMWORKERS", "1")
 
     def daemonset(self):
         return next(o for o in self.objs if o["kind"] == "DaemonSet"

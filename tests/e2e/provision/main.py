@@ -27,7 +27,7 @@ from .kit import API_PORT, Kit, wait_listening
 ROLES = ["svc", "bmc", "cp1", "cp2", "cp3"]
 CPS = ["cp1", "cp2", "cp3"]
 MAC_A = "52:54:00:22:00:0a"
-STEP = 900  # seconds a provisioning step may take under TCG on 2 shared cores
+STEP = 1800  # seconds a provisioning step may take: QEMU under TCG on 2 cores shared with other work
 
 
 class Run:

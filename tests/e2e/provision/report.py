@@ -64,7 +64,11 @@ def counts(logs):
             row["requests"] += 1
             status = int(rec.get("status", "0") or 0)
             blame = rec.get("blame", "-")
-            if status >= 500 or blame not in ("-", ""):
+            if blame in ("-", ""):
+                # The upstream answered the error itself (Ironic, sushy-tools): the proxy
+                # passed it on.
+                blame = f"answered by the upstream ({status})"
+            if status >= 500 or not blame.startswith("answered"):
                 row["failed"] += 1
                 row["blame"][blame] = row["blame"].get(blame, 0) + 1
     return table
