@@ -299,11 +299,11 @@ def main():
                   f"{len(inv['inventory'].get('interfaces', []))} interfaces, "
                   f"{len(inv['inventory'].get('disks', []))} disks, memory "
                   f"{inv['inventory'].get('memory', {}).get('physical_mb')} MB")
-        agent_traffic(run, tmp)
         if args.until == "inspected":
             return
         provision(api, timeline, a, "host-a", "provide", "available")
         run.check("cleaned host-a (provide: metadata erase)", True)
+        agent_traffic(run, tmp)
         if args.until == "available":
             return
         deploy(run, api, timeline, kit, a, host_a, "host-a", tmp)
