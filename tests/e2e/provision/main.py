@@ -98,10 +98,14 @@ def provision(api, timeline, uuid, label, verb, want, body=None, timeout=STEP):
 
     def done():
         n = api.get(f"/v1/nodes/{uuid}?fields=provision_state,last_error", timeout=10)
-        if n["provision_state"].endswith("failed") or n["provision_state"] == "error":
-            raise Failure(f"{label}: {n['provision_state']}: {n.get('last_error')}")
-        return n["provision_state"] == want
-    wait_for(f"{label} to reach {want}", done, timeout, interval=1)
+        state = n["provision_state"]
+        if state == want or state.endswith("failed") or state == "error":
+            return n
+        return None
+    # wait_for retries on exceptions: a failed state is returned, then raised here.
+    n = wait_for(f"{label} to reach {want}", done, timeout, interval=1)
+    if n["provision_state"] != want:
+        raise Failure(f"{label}: {n['provision_state']}: {n.get('last_error')}")
 
 
 def access(path):
