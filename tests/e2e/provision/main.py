@@ -188,7 +188,8 @@ def deploy(run, api, timeline, kit, uuid, host, label, tmp):
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copyfile(img, dst)
         os.chmod(dst, 0o644)
-    owner_ip = api.get(f"/v1/nodes/{uuid}?fields=conductor")["conductor"]
+    # The conductor field is Ironic's [DEFAULT]host with the JSON-RPC port ("ip:6189").
+    owner_ip = api.get(f"/v1/nodes/{uuid}?fields=conductor")["conductor"].rsplit(":", 1)[0]
     url = f"http://{kit.topo.url_host(owner_ip)}:6180/images/{label}.img"
     api.call("PATCH", f"/v1/nodes/{uuid}", json=[
         {"op": "add", "path": "/instance_info/image_source", "value": url},
