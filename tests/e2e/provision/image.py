@@ -51,12 +51,15 @@ def make(path, marker):
 
 def disk_matches(disk_path, image_path):
     """Whether the disk holds the image: boot code, the image's own partition entry, and every
-    byte after the MBR; the rest of the partition table may hold IPA's config drive entry.
+    byte after the MBR; the rest of the partition table may hold IPA's config drive entry and
+    the disk identifier may be set.
     Returns (ok, detail)."""
     image = open(image_path, "rb").read()
     with open(disk_path, "rb") as f:
         disk = f.read(len(image))
-    parts = {"boot code": (0, 446), "partition 1 entry": (446, 462),
+    # Bytes 440-445 are the disk identifier, which partitioning tools write (IPA's config
+    # drive partition): not the image's content.
+    parts = {"boot code": (0, 440), "partition 1 entry": (446, 462),
              "after the MBR": (SECTOR, len(image))}
     bad = [k for k, (a, b) in parts.items() if disk[a:b] != image[a:b]]
     body = hashlib.sha256(disk[SECTOR:]).hexdigest()
