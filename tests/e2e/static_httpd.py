@@ -14,6 +14,7 @@ import argparse
 import functools
 import http.server
 import json
+import socket
 import sys
 import time
 
@@ -63,7 +64,10 @@ def main():
     p.add_argument("--directory", required=True)
     a = p.parse_args()
     handler = functools.partial(Handler, directory=a.directory)
-    http.server.ThreadingHTTPServer((a.bind, a.port), handler).serve_forever()
+    server = http.server.ThreadingHTTPServer
+    if ":" in a.bind:  # an IPv6 address; "::" also takes IPv4 (dual-stack socket)
+        server = type("Server6", (server,), {"address_family": socket.AF_INET6})
+    server((a.bind, a.port), handler).serve_forever()
 
 
 if __name__ == "__main__":

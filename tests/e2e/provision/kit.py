@@ -1,0 +1,248 @@
+"""The standalone kit (config/k8s/standalone + components/boot-files) on the nodes of a
+topology, started the way scripts/check-entrypoints starts it (the rendered DaemonSet's
+environment, volumes, users and ironic-image's own entrypoint scripts in a private root), but
+with the real long-running programs in each node's network namespace:
+
+- `ironic`, `ironic-dbsync`: Ironic from PyPI (a virtualenv bound into the root);
+- `ironic-proxy run`: the sidecar, from the binary under test;
+- `httpd`: the boot file server on HTTP_PORT serving /shared/html, as ironic-image's httpd does
+  (runhttpd renders its files first; tests/e2e/static_httpd.py then serves them: Apache's
+  CentOS configuration does not run on Debian).
+
+The site overlay an operator writes is applied to the rendered objects: the peer CIDRs, the
+database host, the sidecar's boot-TLS file (virtual media over TLS), the API's public address
+(the balancer's VIP: what IPA calls) and the kernel's console.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from ironic_proxy_testing.procs import Failure, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
+NAMESPACE = "metal3"
+HTTP_PORT = 6180
+API_PORT = 6385
+VMEDIA_TLS_PORT = 6183
+
+
+def check_entrypoints():
+    """scripts/check-entrypoints as a module: render(), Pod, Sandbox and the recorders."""
+    path = os.path.join(ROOT, "scripts", "check-entrypoints")
+    loader = importlib.machinery.SourceFileLoader("check_entrypoints", path)
+    spec = importlib.util.spec_from_loader("check_entrypoints", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def env_set(c, name, value):
+    """Sets (or replaces) one environment variable of a container spec."""
+    env = c.setdefault("env", [])
+    env[:] = [e for e in env if e["name"] != name]
+    env.append({"name": name, "value": value})
+
+
+class Kit:
+    def __init__(self, topo, tmp, proxy_bin, ironic_venv, password, egress, ca_dir):
+        self.ce = check_entrypoints()
+        self.topo, self.tmp, self.bin = topo, tmp, proxy_bin
+        self.venv = ironic_venv
+        src = os.environ.get("IRONIC_IMAGE_SRC") or os.path.join(ROOT, "..", "shared",
+                                                                  "upstream", "ironic-image")
+        self.src = os.path.normpath(src)
+        sb_dir = os.path.join(tmp, "sandbox")
+        os.makedirs(sb_dir)
+        os.chmod(sb_dir, 0o755)
+        self.sb = self.ce.Sandbox(sb_dir, self.src, proxy_bin)
+        self.sb.binds += [ironic_venv, os.path.join(ROOT, "tests", "e2e")]
+        self._real_programs(sb_dir)
+        # The operator CA: given (the deploy ramdisk is built with its certificate inside, so
+        # it outlives a run), copied so that a rotation in the run changes only the copy.
+        self.ca = os.path.join(tmp, "ca")
+        shutil.copytree(ca_dir, self.ca)
+        self.password, self.egress = password, egress
+        self.secrets = self._secrets()
+        self.objs = self.ce.render(os.path.join(ROOT, "config", "k8s", "standalone"),
+                                   ["../components/boot-files"])
+        self.cms = {o["metadata"]["name"]: o for o in self.objs if o["kind"] == "ConfigMap"}
+        self._site()
+        self.pods = {}
+
+    # ------------------------------------------------------------------ the image, real
+    def _real_programs(self, sb_dir):
+        """The image layer's recorders replaced by the real programs."""
+        layer = os.path.join(sb_dir, "layer-ironic-image")
+        static = os.path.join(ROOT, "tests", "e2e", "static_httpd.py")
+        progs = {
+            "usr/bin/ironic": f'exec {self.venv}/bin/ironic "$@"',
+            "usr/bin/ironic-dbsync": f'exec {self.venv}/bin/ironic-dbsync "$@"',
+            # runhttpd has rendered inspector.ipxe into /shared/html: serve that root.
+            "usr/sbin/httpd": f'exec /usr/bin/python3 {static} "$HTTP_PORT" --bind "::" '
+                              '--directory /shared/html',
+        }
+        # ironic-image's [DEFAULT]isolinux_bin (CentOS's path): Debian's isolinux, for the
+        # virtual media ISO of a BIOS host.
+        iso = os.path.join(layer, "usr/share/syslinux/isolinux.bin")
+        os.makedirs(os.path.dirname(iso), exist_ok=True)
+        shutil.copyfile("/usr/lib/ISOLINUX/isolinux.bin", iso)
+        # The image's iPXE binaries (from metal3-io/ipxe-binaries, copied to /tftpboot by its
+        # Dockerfile): Debian's builds, which rundnsmasq copies into /shared/tftpboot.
+        for src, name in (("undionly.kpxe", "undionly.kpxe"),
+                          ("snponly.efi", "snponly-x86_64.efi")):
+            shutil.copyfile(f"/usr/lib/ipxe/{src}", os.path.join(layer, "tftpboot", name))
+        # dnsmasq: the host's own (Debian's), the recorder removed from the layer.
+        os.unlink(os.path.join(layer, "usr/sbin/dnsmasq"))
+        for rel, body in progs.items():
+            path = os.path.join(layer, rel)
+            with open(path, "w") as f:
+                f.write(f"#!/bin/sh\n{body}\n")
+            os.chmod(path, 0o755)
+
+    def _secrets(self):
+        """The Secrets docs/install.md has an operator create, for this topology."""
+        read = lambda p: open(p, "rb").read()
+        ht = subprocess.run(["htpasswd", "-nbB", "admin", self.password], check=True,
+                            capture_output=True, text=True).stdout.strip().encode() + b"\n"
+        with open(os.path.join(self.tmp, "htpasswd"), "wb") as f:
+            f.write(ht)
+        ca = {"ca.crt": read(f"{self.ca}/ca.crt"), "ca.key": read(f"{self.ca}/ca.key"),
+              "ca-bundle.crt": read(f"{self.ca}/ca.crt")}
+        db = {"username": b"ironic", "password": self.password.encode()}
+        return {"ironic-proxy-ca": ca, "ironic-mariadb": db,
+                "ironic-proxy-egress": {"credentials": self.egress.encode()},
+                "ironic-proxy-metrics": {"token": b"e2e-provision-metrics\n"},
+                "ironic-htpasswd": {"htpasswd": ht}}
+
+    def _site(self):
+        """The operator's overlay on the rendered kit."""
+        vip = self.topo.url_host("vip")
+        site = self.cms["ironic-proxy-site"]["data"]
+        site["IRONIC_PROXY_PEER_CIDRS"] = ",".join(self.topo.cidrs())
+        site["MARIADB_HOST"] = self.topo.url_host("svc")
+        site["RUST_LOG"] = "info"
+        ds = self.daemonset()
+        for c in self.ce.containers(ds):
+            if c["name"] == "ironic-proxy":
+                env_set(c, "IRONIC_PROXY_CONFIG", "/etc/ironic-proxy/sidecar-boot-tls.toml")
+                env_set(c, "IRONIC_PROXY_DNS_SERVERS", f"{self.topo.url_host('svc')}:53")
+                env_set(c, "VMEDIA_TLS_PORT", str(VMEDIA_TLS_PORT))
+                # Metrics for the per-path counts: the file has no token option.
+                env_set(c, "IRONIC_PROXY_ADMIN_LISTEN", "[::]:9901")
+            if c["name"] == "ironic":
+                # What IPA calls for lookup and heartbeats ([service_catalog]
+                # endpoint_override): the balancer's VIP, verified against the CA in the
+                # ramdisk (no ipa-insecure).
+                env_set(c, "IRONIC_BASE_URL", f"https://{vip}:{API_PORT}")
+                env_set(c, "IRONIC_IPA_INSECURE", "0")
+                env_set(c, "IRONIC_EXTERNAL_HTTP_URL",
+                        f"https://$(PROVISIONING_IP):{VMEDIA_TLS_PORT}")
+                env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
+                env_set(c, "IPA_FORWARD_CONSOLE", "yes")
+                # One API worker per instance (ironic-image: 0 = one per CPU): three instances
+                # and the VMs share two cores.
+                env_set(c, "NUMWORKERS", "1")
+
+    def daemonset(self):
+        return next(o for o in self.objs if o["kind"] == "DaemonSet"
+                    and o["metadata"]["name"] == "ironic")
+
+    def fam(self, role):
+        ips = self.topo.addresses(role)
+        fam = {"host": ips[0], "pod": ips[0], "prefix": self.topo.prefix(ips[0])}
+        if len(self.topo.subnets) == 2:
+            fam.update(host6=ips[1], pod6=ips[1])
+        return fam
+
+    def pod(self, role, obj=None):
+        """The DaemonSet's pod on a node: its volumes on disk, kept for the node's life (a
+        restarted container finds its emptyDirs as kubelet keeps them)."""
+        if obj is None and role in self.pods:
+            return self.pods[role]
+        pod = self.ce.Pod(self.tmp, role, obj or self.daemonset(), self.fam(role), self.cms,
+                          self.secrets)
+        if obj is None:
+            self.pods[role] = pod
+        return pod
+
+    def shared(self, role):
+        """The node's /shared (the emptyDir ironic-shared) on the host."""
+        return os.path.join(self.pod(role).dir, "vol", "ironic-shared")
+
+    def export_dir(self, role):
+        return os.path.join(self.pod(role).dir, "vol", "ironic-proxy-tls")
+
+    # ------------------------------------------------------------------ running containers
+    def container(self, role, name, pod=None):
+        """Starts one container of the node's pod in the node's namespace (a long-running
+        process of the topology, named after the container)."""
+        pod = pod or self.pod(role)
+        c = next(c for c in self.ce.containers(pod.obj) if c["name"] == name)
+        env = pod.env(c)
+        if "ironic-proxy" in c.get("image", ""):
+            argv = ["/usr/local/bin/ironic-proxy", *c.get("args", [])]
+        else:
+            argv = self.ce.container_argv(c, env)
+        rec = tempfile.mkdtemp(prefix="rec.", dir=pod.dir)
+        _, script = self.sb.script(pod, c, argv, env, rec, netns=True)
+        log = os.path.join(self.tmp, f"{role}-{name}.log")
+        return self.topo.start(role, name, ["unshare", "-m", "bash", script], log)
+
+    def db_upgrade(self, role):
+        """The kit's schema Job (ironic-image's rundatabase-upgrade), run to completion on a
+        node."""
+        job = next(o for o in self.objs if o["kind"] == "Job" and
+                   o["metadata"].get("labels", {}).get("app.kubernetes.io/component") ==
+                   "db-upgrade")
+        pod = self.pod(role, obj=job)
+        c = self.ce.containers(job)[0]
+        p = self.container(role, c["name"], pod=pod)
+        code = p.wait(timeout=600)
+        if code != 0:
+            raise Failure(f"Job {job['metadata']['name']} exit {code}; see "
+                          f"{self.tmp}/{role}-{c['name']}.log")
+
+    def start_node(self, role, ipa=None):
+        """The pod's containers in kubelet's order: the native sidecar first (Ironic waits for
+        its startup probe: the exported certificate), then Ironic and httpd."""
+        if ipa:
+            images = os.path.join(self.shared(role), "html", "images")
+            os.makedirs(images, exist_ok=True)
+            for src, name in ((ipa[0], "ironic-python-agent.kernel"),
+                              (ipa[1], "ironic-python-agent.initramfs")):
+                dst = os.path.join(images, name)
+                if not os.path.exists(dst):
+                    shutil.copyfile(src, dst)
+            shutil.chown(os.path.join(self.shared(role), "html"), 997, 994)
+        self.container(role, "ironic-proxy")
+        wait_for(f"the sidecar of {role} to export its certificate",
+                 lambda: os.path.exists(os.path.join(self.export_dir(role), "tls.crt")), 60)
+        self.container(role, "ironic")
+        self.container(role, "httpd")
+
+    def log(self, role, name):
+        return os.path.join(self.tmp, f"{role}-{name}.log")
+
+
+def wait_listening(topo, role, port, timeout=120, what=None):
+    """Waits until something listens on TCP port in a role's namespace."""
+    def up():
+        out = subprocess.run(topo.wrap(role, ["ss", "-Htln", f"sport = :{port}"]),
+                             capture_output=True, text=True).stdout
+        return out.strip() != ""
+    wait_for(what or f"port {port} in {role}", up, timeout, interval=0.5)
+
+
+def now():
+    return time.strftime("%H:%M:%S")
+
+
+if __name__ == "__main__":
+    sys.exit("a module of tests/e2e/provision_e2e.py")

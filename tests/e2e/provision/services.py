@@ -1,0 +1,127 @@
+"""The shared services of the provisioning network, in the `svc` namespace: MariaDB on the
+bridge, the cluster DNS stand-in (the headless Service's A/AAAA records), the one DHCP server
+(ironic-image's rundnsmasq), and the API load balancer on the VIP (`ironic-proxy run --profile
+balancer`)."""
+
+import os
+import subprocess
+
+from ironic_proxy_testing.procs import Failure, run, wait_for
+
+from .kit import API_PORT, NAMESPACE, env_set, wait_listening
+
+SERVICE = f"ironic.{NAMESPACE}.svc.cluster.local"
+
+
+def start_mariadb(topo, tmp, password):
+    """MariaDB listening on the svc address (Ironic connects over TCP as a pod would), root
+    through its socket only."""
+    datadir, sock = os.path.join(tmp, "mysql"), os.path.join(tmp, "mysql.sock")
+    run(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
+         "--auth-root-authentication-method=socket", "--skip-test-db"], "mariadb-install-db")
+    bind = topo.ip("svc") if len(topo.subnets) == 1 else "::"
+    topo.start("svc", "mariadbd", [
+        "mariadbd", "--no-defaults", "--user=root", f"--datadir={datadir}", f"--socket={sock}",
+        f"--bind-address={bind}", "--port=3306", "--skip-name-resolve",
+        f"--pid-file={datadir}/mariadbd.pid", "--innodb-flush-log-at-trx-commit=2",
+        "--innodb-buffer-pool-size=128M", "--max-connections=500"],
+        os.path.join(tmp, "svc-mariadb.log"))
+
+    def sql(statement):
+        return subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e",
+                               statement], capture_output=True, text=True, timeout=30)
+    wait_for("MariaDB", lambda: sql("SELECT 1").returncode == 0, 60)
+    done = sql("CREATE DATABASE ironic CHARACTER SET utf8mb4;"
+               f"CREATE USER 'ironic'@'%' IDENTIFIED BY '{password}';"
+               "GRANT ALL PRIVILEGES ON ironic.* TO 'ironic'@'%';")
+    if done.returncode != 0:
+        raise Failure(f"MariaDB setup: {done.stderr.strip()}")
+    return sock
+
+
+def start_dns(topo, tmp):
+    """dnsmasq as the cluster DNS on svc:53: the headless Service's records (every node's
+    addresses); SIGHUP after rewriting the hosts file changes them."""
+    hosts = os.path.join(tmp, "dns-hosts")
+    with open(hosts, "w") as f:
+        for role in ("cp1", "cp2", "cp3"):
+            for ip in topo.addresses(role):
+                f.write(f"{ip} {SERVICE}\n")
+    topo.start("svc", "dns", [
+        "dnsmasq", "--keep-in-foreground", "--no-daemon", "--conf-file=/dev/null", "--port=53",
+        f"--listen-address={topo.ip('svc')}", "--bind-interfaces", "--no-resolv",
+        "--no-hosts", f"--addn-hosts={hosts}", "--local=/svc.cluster.local/",
+        "--local-ttl=5", "--log-queries", "--user=root"], os.path.join(tmp, "svc-dns.log"))
+    return hosts
+
+
+def dhcp_pod(kit):
+    """The kit's DHCP component as a pod: ironic-image's /bin/rundnsmasq, one replica on the
+    host network, the provisioning interface and the DHCP range from the site. The iPXE script
+    URL is a control-plane node's boot route (the sidecar's plain-HTTP /boot.ipxe on the API
+    port, docs/metal3.md "Boot files through the proxy")."""
+    topo = kit.topo
+    first, last, prefix = topo.dhcp_ranges()[0]
+    mask = "255.255.255.0" if prefix == 24 else str(prefix)
+    boot = f"http://{topo.url_host('cp1')}:{API_PORT}"
+    c = {"name": "dnsmasq", "image": "quay.io/metal3-io/ironic:main",
+         "command": ["/bin/rundnsmasq"],
+         "securityContext": {"runAsUser": 0, "capabilities": {"add": ["NET_ADMIN",
+                                                                     "NET_RAW"]}},
+         "volumeMounts": [{"name": "ironic-shared", "mountPath": "/shared"}]}
+    for k, v in {"PROVISIONING_INTERFACE": "prov0", "DHCP_RANGE": f"{first},{last},{mask}",
+                 "IRONIC_HTTP_URL": boot, "HTTP_PORT": str(API_PORT),
+                 "DNSMASQ_DATA_DIR": "/data/dnsmasq", "DNSMASQ_CONF_DIR": "/etc",
+                 "DNSMASQ_TEMP_DIR": "/tmp"}.items():
+        env_set(c, k, v)
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "ironic-dhcp"},
+            "spec": {"template": {"spec": {"hostNetwork": True, "containers": [c],
+                                           "volumes": [{"name": "ironic-shared",
+                                                        "emptyDir": {}}]}}}}
+
+
+def start_dhcp(kit):
+    pod = kit.pod("svc", obj=dhcp_pod(kit))
+    return kit.container("svc", "dnsmasq", pod=pod)
+
+
+def balancer_env(topo, tmp, kit):
+    return {**os.environ, "POD_NAMESPACE": NAMESPACE, "POD_IPS": topo.ip("svc"),
+            "IRONIC_PROXY_API_VIPS": ",".join(topo.addresses("vip")),
+            "IRONIC_PROXY_PEER_API_PORT": str(API_PORT),
+            "IRONIC_PROXY_HTPASSWD": os.path.join(tmp, "htpasswd"),
+            "IRONIC_PROXY_ISSUER_DIR": kit.ca,
+            "IRONIC_PROXY_TRUST": os.path.join(kit.ca, "ca.crt"),
+            "IRONIC_PROXY_DNS_SERVERS": f"{topo.url_host('svc')}:53",
+            "IRONIC_PROXY_ADMIN_LISTEN": f"{topo.url_host('svc')}:9902",
+            "IRONIC_PROXY_METRICS_TOKEN_FILE": "none",
+            "RUST_LOG": "info"}
+
+
+# From accept to the first request head, TLS handshake included: the profile's 10 s is too
+# short for IPA under TCG on cores shared with five other test runs (seen: the handshake of its
+# reachability probe cut at 10 s, and IPA exiting with "could not find a valid IP address").
+# Profiles have no variable for it, so the balancer runs its profile written out by `check`.
+HEAD_TIMEOUT = "120s"
+
+
+def start_balancer(topo, tmp, kit, binary):
+    """The API's front door on the VIP: the `balancer` profile (its peers from the DNS
+    records, TLS to them, Basic auth) as `ironic-proxy check --profile balancer` prints it,
+    with a longer request_head_timeout."""
+    env = balancer_env(topo, tmp, kit)
+    effective = run(topo.wrap("svc", [binary, "check", "--profile", "balancer"]),
+                    "balancer check", env=env).stdout  # fmt: skip
+    if 'request_head_timeout = "10s"' not in effective:
+        raise Failure("balancer profile: no request_head_timeout of 10s to replace")
+    conf = os.path.join(tmp, "balancer.toml")
+    with open(conf, "w") as f:
+        f.write(effective.replace('request_head_timeout = "10s"',
+                                  f'request_head_timeout = "{HEAD_TIMEOUT}"'))
+    run(topo.wrap("svc", [binary, "check", "--config", conf]), "balancer check --config",
+        env=env)  # fmt: skip
+    p = topo.start("svc", "balancer", [binary, "--log-format", "json", "run", "--config", conf],
+                   os.path.join(tmp, "svc-balancer.log"), env=env)
+    wait_listening(topo, "svc", API_PORT, what="the balancer")
+    return p

@@ -1,0 +1,216 @@
+"""A provisioning network on one machine: a bridge with no address in the root namespace, and
+network namespaces on it by veth, each holding one role's addresses (a control-plane node, the
+shared services, the BMC emulator). Processes run inside a namespace and are stopped by PID.
+
+    topo = Topology(stack="ipv4", roles=["cp1", "cp2", "cp3", "svc", "bmc"])
+    topo.up()                                   # bridge + namespaces + addresses
+    p = topo.start("cp1", "ironic", argv, log)  # in cp1's namespace, its own session
+    topo.kill("cp1")                            # SIGKILL every process group started in cp1
+    topo.down()                                 # stop what we started, delete ns and bridge
+
+Invariants:
+- The bridge carries no address and no route in the root namespace, so nothing on the bridge
+  reaches the machine's own networks, and the subnet cannot collide with them.
+- Names carry a per-run tag (`pv` + 4 hex digits): runs side by side never share a namespace,
+  an interface or a bridge, and `down` deletes only its own.
+- Every process is started with its own session (`setsid`), so a kill reaches its children
+  (Ironic's workers, a shell's exec'd program) through the process group, never by name.
+- Interfaces in a namespace are named `prov0`, the name a kit's PROVISIONING_INTERFACE gives.
+"""
+
+import ipaddress
+import os
+import signal
+import subprocess
+import time
+
+from .procs import Failure, run
+
+# Addresses per stack. IPv4 /24 and IPv6 /64 of documentation-like private ranges that no other
+# e2e script uses (they live in namespaces we create; scripts/e2e keeps 127.0.0.1-4).
+SUBNETS = {"ipv4": ["172.22.0.0/24"], "ipv6": ["fd2e:22::/64"],
+           "dual": ["172.22.0.0/24", "fd2e:22::/64"]}  # fmt: skip
+# The host part of each role's address, the same in every family.
+HOSTS = {"svc": 2, "bmc": 3, "vip": 5, "cp1": 11, "cp2": 12, "cp3": 13}
+DHCP_RANGE = (100, 199)
+IFACE = "prov0"
+
+
+def _ip(argv, what, check=True):
+    p = subprocess.run(["ip", *argv], capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise Failure(f"{what}: ip {' '.join(argv)}: {p.stderr.strip()}")
+    return p
+
+
+class Topology:
+    """The bridge and namespaces of one run; `up` builds them, `down` removes them."""
+
+    def __init__(self, stack="ipv4", roles=("cp1", "cp2", "cp3", "svc", "bmc"), tag=None):
+        if stack not in SUBNETS:
+            raise ValueError(f"stack {stack!r}: one of {', '.join(SUBNETS)}")
+        self.stack = stack
+        self.roles = list(roles)
+        self.tag = tag or f"pv{os.getpid() & 0xFFFF:04x}"
+        self.bridge = f"{self.tag}-br"
+        self.subnets = [ipaddress.ip_network(s) for s in SUBNETS[stack]]
+        self.procs = {role: [] for role in self.roles}  # role -> [(name, Popen)]
+        self.extra = {role: [] for role in HOSTS}  # role -> more addresses
+        self.built = False
+
+    # ------------------------------------------------------------------ names and addresses
+    def netns(self, role):
+        return f"{self.tag}-{role}"
+
+    def host_ip(self, n, family=None):
+        """The address of host part n in each subnet (or in the one of `family`, 4 or 6)."""
+        ips = [str(net.network_address + n) for net in self.subnets]
+        if family is None:
+            return ips
+        return next(ip for ip in ips if ipaddress.ip_address(ip).version == family)
+
+    def addresses(self, role):
+        """Every address of a role, the stack's primary family first (IPv4 for dual). A role
+        without a namespace (`vip`) names addresses another role holds (`add_address`)."""
+        return self.host_ip(HOSTS[role]) + self.extra[role]
+
+    def ip(self, role):
+        """A role's primary address."""
+        return self.addresses(role)[0]
+
+    def url_host(self, role_or_ip):
+        """The host part of a URL: IPv6 literals in brackets (RFC 3986 3.2.2)."""
+        ip = self.ip(role_or_ip) if role_or_ip in HOSTS else role_or_ip
+        return f"[{ip}]" if ":" in ip else ip
+
+    def prefix(self, ip):
+        return next(n.prefixlen for n in self.subnets if ipaddress.ip_address(ip) in n)
+
+    def cidrs(self):
+        return [str(n) for n in self.subnets]
+
+    def dhcp_ranges(self):
+        """(first, last, prefix length) per family, for a DHCP server on the bridge."""
+        return [(str(n.network_address + DHCP_RANGE[0]), str(n.network_address + DHCP_RANGE[1]),
+                 n.prefixlen) for n in self.subnets]  # fmt: skip
+
+    # ------------------------------------------------------------------ build and remove
+    def up(self):
+        """The bridge (no address, IPv6 off on it in the root namespace), then each role's
+        namespace with loopback up and prov0 holding its addresses (no duplicate address
+        detection: usable at once)."""
+        self.built = True
+        _ip(["link", "add", self.bridge, "type", "bridge"], "bridge")
+        # No link-local address either: the root namespace takes no part in the network.
+        with open(f"/proc/sys/net/ipv6/conf/{self.bridge}/disable_ipv6", "w") as f:
+            f.write("1")
+        _ip(["link", "set", self.bridge, "up"], "bridge up")
+        for role in self.roles:
+            self._add_role(role)
+
+    def _add_role(self, role):
+        ns, outer = self.netns(role), f"{self.tag}-{role}"
+        _ip(["netns", "add", ns], f"namespace {ns}")
+        _ip(["link", "add", outer, "type", "veth", "peer", "name", IFACE, "netns", ns],
+            f"veth of {role}")  # fmt: skip
+        _ip(["link", "set", outer, "master", self.bridge, "up"], f"{outer} on the bridge")
+        self.in_ns(role, ["ip", "link", "set", "lo", "up"], "loopback")
+        self.in_ns(role, ["ip", "link", "set", IFACE, "up"], f"{IFACE} up")
+        for ip in self.addresses(role):
+            self.add_address(role, ip, record=False)
+
+    def add_address(self, role, ip, record=True):
+        """One more address on a role's prov0 (a VIP); `down` needs no record of it."""
+        argv = ["ip", "addr", "add", f"{ip}/{self.prefix(ip)}", "dev", IFACE]
+        if ":" in ip:
+            argv.append("nodad")
+        self.in_ns(role, argv, f"address {ip} on {role}")
+        if record:
+            self.extra[role].append(ip)
+
+    def down(self):
+        """Stops every process we started (newest first), then deletes the namespaces (their
+        veths go with them) and the bridge. Safe to call twice and after a partial `up`."""
+        for role in reversed(self.roles):
+            self.stop(role)
+        if not self.built:
+            return
+        for role in self.roles:
+            _ip(["netns", "delete", self.netns(role)], "netns delete", check=False)
+        _ip(["link", "delete", self.bridge], "bridge delete", check=False)
+        self.built = False
+
+    # ------------------------------------------------------------------ processes
+    def wrap(self, role, argv):
+        """argv to run inside a role's namespace."""
+        return ["ip", "netns", "exec", self.netns(role), *[str(a) for a in argv]]
+
+    def in_ns(self, role, argv, what, timeout=60):
+        """Runs argv to completion in a role's namespace (Failure when it fails)."""
+        return run(self.wrap(role, argv), what, timeout=timeout)
+
+    def start(self, role, name, argv, log_path, env=None):
+        """Starts argv in a role's namespace, in its own session, output appended to log_path."""
+        log = open(log_path, "ab")  # noqa: SIM115 - owned by the child from here on
+        log.write(f"==== {time.strftime('%H:%M:%S')} start {' '.join(map(str, argv))}\n".encode())
+        log.flush()
+        p = subprocess.Popen(self.wrap(role, argv), stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+        self.procs[role].append((name, p))
+        return p
+
+    def started(self, role, name):
+        """The newest process of that name started in a role (None if none)."""
+        found = [p for n, p in self.procs[role] if n == name]
+        return found[-1] if found else None
+
+    def stop(self, role, name=None, sig=signal.SIGTERM, timeout=20):
+        """Sends sig to the process groups we started in a role (all, or those named `name`),
+        newest first; SIGKILL to any group alive after `timeout` s. Returns the seconds taken."""
+        t0 = time.monotonic()
+        chosen = [(n, p) for n, p in reversed(self.procs[role]) if name in (None, n)]
+        for _, p in chosen:
+            _signal_group(p, sig)
+        deadline = time.monotonic() + timeout
+        for _, p in chosen:
+            while _group_alive(p) and time.monotonic() < deadline:
+                p.poll()
+                time.sleep(0.05)
+            if _group_alive(p):
+                _signal_group(p, signal.SIGKILL)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs[role] = [(n, p) for n, p in self.procs[role] if (n, p) not in chosen]
+        return time.monotonic() - t0
+
+    def kill(self, role, name=None):
+        """SIGKILL to every process group we started in a role: the node dies as a machine
+        would, nothing shuts down cleanly."""
+        return self.stop(role, name, sig=signal.SIGKILL, timeout=10)
+
+    def __enter__(self):
+        self.up()
+        return self
+
+    def __exit__(self, *exc):
+        self.down()
+        return False
+
+
+def _signal_group(p, sig):
+    try:
+        os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(p):
+    p.poll()
+    try:
+        os.killpg(p.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
