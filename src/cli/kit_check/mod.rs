@@ -9,6 +9,7 @@
 //! the ConfigMap `ironic-proxy-site`.
 
 mod facts;
+mod json6902;
 mod objects;
 mod overlay;
 mod rules;

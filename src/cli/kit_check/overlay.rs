@@ -49,6 +49,12 @@ pub(super) struct Workload {
     pub(super) host_network: bool,
     /// By name (init containers included: the kit's sidecar is one).
     pub(super) containers: BTreeMap<String, Container>,
+    /// The names of `containers` and of `initContainers`, in their order: a JSON 6902 patch
+    /// names a container by its index.
+    pub(super) order: [Vec<String>; 2],
+    /// A patch added containers to a declared workload: where kustomize's merge puts them is
+    /// not modelled, so an index cannot be resolved.
+    pub(super) order_unknown: bool,
 }
 
 /// An `images:` entry of a kustomization.
@@ -148,6 +154,9 @@ fn folder(dir: &Path, depth: usize, o: &mut Overlay, seen: &mut BTreeSet<PathBuf
         .iter()
         .chain(items(&k["patchesStrategicMerge"]))
     {
+        if !p["target"].is_badvalue() && json6902(p, dir, o) {
+            continue;
+        }
         match (p["path"].as_str(), p["patch"].as_str(), p.as_str()) {
             (Some(rel), _, _) => file(&dir.join(rel), o, seen),
             (_, Some(inline), _) => inline_docs(inline, dir, o),
@@ -156,6 +165,9 @@ fn folder(dir: &Path, depth: usize, o: &mut Overlay, seen: &mut BTreeSet<PathBuf
             (_, _, Some(rel)) => file(&dir.join(rel), o, seen),
             _ => {}
         }
+    }
+    for p in items(&k["patchesJson6902"]) {
+        json6902(p, dir, o);
     }
     for g in items(&k["configMapGenerator"]) {
         if g["name"].as_str() == Some(SITE_CONFIGMAP) {
@@ -179,6 +191,40 @@ fn folder(dir: &Path, depth: usize, o: &mut Overlay, seen: &mut BTreeSet<PathBuf
     if let Some(ns) = k["namespace"].as_str() {
         o.namespace = Some(ns.to_owned());
     }
+}
+
+/// A patch entry with a `target`: when its body is a list of operations (JSON 6902), applies
+/// them and returns true; a strategic merge body returns false, read as any other patch.
+fn json6902(entry: &Yaml, dir: &Path, o: &mut Overlay) -> bool {
+    let (body, origin) = match (entry["path"].as_str(), entry["patch"].as_str()) {
+        (Some(rel), _) => {
+            let path = dir.join(rel);
+            match std::fs::read_to_string(&path) {
+                Ok(t) => (t, path.display().to_string()),
+                Err(e) => {
+                    o.errors.push(format!("{}: {e}", path.display()));
+                    return true;
+                }
+            }
+        }
+        (_, Some(inline)) => (
+            inline.to_owned(),
+            format!("{}: an inline patch", dir.join(KUSTOMIZATION[0]).display()),
+        ),
+        _ => return false,
+    };
+    let docs = match YamlLoader::load_from_str(&body) {
+        Ok(d) => d,
+        Err(e) => {
+            o.errors.push(format!("{origin}: {e}"));
+            return true;
+        }
+    };
+    let Some(ops) = docs.first().and_then(Yaml::as_vec) else {
+        return false;
+    };
+    super::json6902::apply(&entry["target"], ops, &origin, o);
+    true
 }
 
 /// Every document of a YAML file, once.
@@ -261,8 +307,16 @@ fn object(d: &Yaml, o: &mut Overlay) {
             o.site_found = true;
             if let Some(data) = d["data"].as_hash() {
                 for (k, v) in data {
-                    if let (Some(k), Some(v)) = (k.as_str(), text(v)) {
-                        o.site.insert(k.to_owned(), v);
+                    let Some(k) = k.as_str() else { continue };
+                    match text(v) {
+                        Some(v) => {
+                            o.site.insert(k.to_owned(), v);
+                        }
+                        // A strategic merge patch deletes a key it sets to null.
+                        None if v.is_null() => {
+                            o.site.remove(k);
+                        }
+                        None => {}
                     }
                 }
             }
@@ -298,35 +352,51 @@ fn object(d: &Yaml, o: &mut Overlay) {
 }
 
 fn workload(spec: &Yaml, key: &str, o: &mut Overlay) {
+    let declared = o.workloads.contains_key(key);
     let w = o.workloads.entry(key.to_owned()).or_default();
     if let Some(host) = spec["hostNetwork"].as_bool() {
         w.host_network = host;
     }
-    for c in items(&spec["containers"])
-        .iter()
-        .chain(items(&spec["initContainers"]))
-    {
-        let Some(name) = c["name"].as_str() else {
-            continue;
-        };
-        let entry = w.containers.entry(name.to_owned()).or_default();
-        if let Some(image) = c["image"].as_str() {
-            entry.image = Some(image.to_owned());
-        }
-        for p in items(&c["ports"]) {
-            // Kept as declared: whether it claims the node's port depends on the pod's host
-            // network, which a later patch may set, so it is decided when the checks run.
-            let host = p["hostPort"].as_i64();
-            let number = host.or_else(|| p["containerPort"].as_i64());
-            if let Some(number) = number.and_then(|n| u16::try_from(n).ok()) {
-                entry.ports.insert(Port {
-                    number,
-                    protocol: p["protocol"].as_str().unwrap_or("TCP").to_owned(),
-                    host: host.is_some(),
-                });
+    for (list, field) in ["containers", "initContainers"].into_iter().enumerate() {
+        for c in items(&spec[field]) {
+            let Some(name) = c["name"].as_str() else {
+                continue;
+            };
+            if !w.containers.contains_key(name) {
+                w.order_unknown |= declared;
+                w.order[list].push(name.to_owned());
             }
+            let entry = w.containers.entry(name.to_owned()).or_default();
+            if let Some(image) = c["image"].as_str() {
+                entry.image = Some(image.to_owned());
+            }
+            entry
+                .ports
+                .extend(items(&c["ports"]).iter().filter_map(port));
         }
     }
+}
+
+/// A container as declared (a JSON 6902 value): its image and ports.
+pub(super) fn container(c: &Yaml) -> Result<Container, String> {
+    let image = match &c["image"] {
+        Yaml::BadValue => None,
+        y => Some(y.as_str().ok_or("`image` must be text")?.to_owned()),
+    };
+    let ports = items(&c["ports"]).iter().filter_map(port).collect();
+    Ok(Container { image, ports })
+}
+
+/// A declared port, kept as declared: whether it claims the node's port depends on the pod's
+/// host network, which a later patch may set, so it is decided when the checks run.
+pub(super) fn port(p: &Yaml) -> Option<Port> {
+    let host = p["hostPort"].as_i64();
+    let number = host.or_else(|| p["containerPort"].as_i64())?;
+    Some(Port {
+        number: u16::try_from(number).ok()?,
+        protocol: p["protocol"].as_str().unwrap_or("TCP").to_owned(),
+        host: host.is_some(),
+    })
 }
 
 #[cfg(test)]
@@ -381,7 +451,7 @@ mod tests {
         write(
             &site,
             "patches/site.yaml",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ironic-proxy-site\ndata:\n  A: \"site\"\n",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ironic-proxy-site\ndata:\n  A: \"site\"\n  B: null\n",
         );
         write(&site, "site.env", "# a comment\nD = from-env\n");
 
@@ -393,15 +463,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        assert_eq!(
-            site,
-            [
-                ("A", "site"),
-                ("B", "base"),
-                ("C", "6388"),
-                ("D", "from-env")
-            ]
-        );
+        assert_eq!(site, [("A", "site"), ("C", "6388"), ("D", "from-env")]);
         assert_eq!(o.namespace.as_deref(), Some("metal3"));
         let w = &o.workloads["DaemonSet/ironic"];
         assert!(w.host_network);
