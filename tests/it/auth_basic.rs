@@ -678,16 +678,13 @@ fn flood_against_one_client(env: &[(&str, &str)]) -> FloodP99 {
             // and a client sampling flat out beside another test on the second core left them
             // no CPU at all (a FIPS run of CI at load: the flood never finished in 300 s).
             std::thread::sleep(Duration::from_millis(1));
+            // No deadline of its own: the verifications run under SCHED_IDLE, which has no
+            // bounded completion time on a machine with no idle core (a stress run beside VMs
+            // took over 300 s here). A flood that never ends is ended by nextest's hang bound
+            // (.config/nextest.toml) and reported as a TIMEOUT.
             if let Ok(line) = lines.try_recv() {
                 break line;
             }
-            // Generous: at nice 19 the verifications get only what the proxy, this client and
-            // the rest of a busy machine leave (one run passed 120 s at a load average of 6, when
-            // the debug build's bcrypt was still unoptimised).
-            assert!(
-                started.elapsed() < Duration::from_secs(300),
-                "flood too slow"
-            );
         };
         // {"401": 31, "503": 369, "reconnects": 0}
         for pair in counts.trim_matches(['{', '}']).split(',') {
