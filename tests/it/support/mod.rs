@@ -698,11 +698,15 @@ pub(crate) fn curl(args: &[&str]) -> Output {
     )
 }
 
-/// Runs a Python 3 script with arguments.
+/// Runs a Python 3 script with arguments. The deadline is only a hang guard: the scripts bound
+/// their own requests (`timeout=` of up to 120 s), and the guard must outlast them, or a slow
+/// machine fails a request that was still progressing (a 100 MB upload through TLS in the debug
+/// build took over 30 s in a stress run at a load average of 25).
 pub(crate) fn python(script: &str, args: &[&str]) -> Output {
-    run(
+    run_timeout(
         Command::new("python3").arg("-c").arg(script).args(args),
         b"",
+        Duration::from_secs(300),
     )
 }
 
