@@ -66,9 +66,9 @@ class Faults:
     """The three faults, driven by two threads (the kill watches A closely; restart and
     rotation do slow work). `events` holds (seconds since start, text) for the report."""
 
-    def __init__(self, run, ctx):
+    def __init__(self, run, ctx, t0=None):
         self.run, self.ctx = run, ctx
-        self.t0 = time.monotonic()
+        self.t0 = t0 or time.monotonic()  # the timeline's clock
         self.events = []
         self.dead = set()  # roles killed
         self.killed_at = None  # A's state when its owner died

@@ -220,7 +220,7 @@ def main():
             hosts_mod.pxe_chain(run, kit, owners["host-a"], a, 900)
             return
         if not args.no_faults and args.until == "active" and args.ca_next_dir:
-            faults = Faults(run, ctx)
+            faults = Faults(run, ctx, t0=timeline.t0)
             ctx.retry_if["host-a"] = lambda: faults.killed_at and (
                 f"{owners['host-a']} killed with host-a in {faults.killed_at[0]} (step "
                 f"{faults.killed_at[1]}): ironic/conductor/manager.py _check_orphan_nodes "
