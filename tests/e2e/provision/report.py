@@ -117,7 +117,9 @@ FAILED = {
     "ipa": re.compile(r"(ERROR|WARNING) ironic_python_agent\.(agent|ironic_api_client|"
                       r"inspector)\b.*(heartbeat|[Ll]ookup|[Cc]onnection|HTTP|status|"
                       r"[Tt]imed? ?out|refused|SSL|certificate)"),
-    "sushy": re.compile(r'"\w+ \S+ HTTP/1\.\d" [45]\d\d|ERROR|Traceback'),
+    # werkzeug's access lines, coloured for errors ("\x1b[35m\x1b[1mPOST ... HTTP/1.1\x1b[0m").
+    "sushy": re.compile(r'"(\x1b\[[0-9;]*m)*\w+ \S+ HTTP/1\.\d(\x1b\[0m)?" [45]\d\d|'
+                        r'ERROR|Traceback'),
 }
 
 
