@@ -28,7 +28,7 @@ def _enter(netns):
 class Api:
     def __init__(self, netns, base, auth, ca):
         self.base, self.auth, self.ca = base, auth, ca
-        self.pool = ThreadPoolExecutor(max_workers=2, initializer=_enter, initargs=(netns,))
+        self.pool = ThreadPoolExecutor(max_workers=6, initializer=_enter, initargs=(netns,))
         self.local = threading.local()
 
     def _session(self):

@@ -14,6 +14,7 @@ from ironic_proxy_testing.procs import Failure, run, wait_for
 from .kit import wait_listening
 
 REDFISH_PORT = 8000
+POOL = "default"
 LIBVIRT_SOCK = "/run/libvirt/libvirt-sock"
 
 
@@ -23,6 +24,7 @@ class Libvirt:
 
     def __init__(self, tmp):
         self.tmp, self.procs = tmp, []
+        self.pool = False  # whether we created the storage pool
 
     def answers(self):
         return subprocess.run(["virsh", "-c", "qemu:///system", "version"],
@@ -63,7 +65,23 @@ class Libvirt:
                 wait_for("virtlogd", lambda: os.path.exists("/run/libvirt/virtlogd-sock"), 30)
         wait_for("libvirtd", self.answers, 60, interval=0.5)
 
+    def storage_pool(self):
+        """The storage pool sushy-tools' libvirt driver uploads virtual media into (its
+        SUSHY_EMULATOR_STORAGE_POOL, `default`): a transient directory pool in the run's
+        directory, made unless one exists."""
+        if subprocess.run(["virsh", "-c", "qemu:///system", "pool-info", POOL],
+                          capture_output=True, timeout=60).returncode == 0:
+            return
+        path = os.path.join(self.tmp, "pool")
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, 0o755)
+        virsh("pool-create-as", POOL, "dir", "--target", path)
+        self.pool = True
+
     def stop(self):
+        if self.pool:
+            virsh("pool-destroy", POOL, check=False)
+            self.pool = False
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
@@ -134,6 +152,8 @@ class Host:
     """One VM: its domain (defined, shut off), disk, console file and boot MAC."""
 
     def __init__(self, tmp, tag, name, mac, bridge, disk_gib=5, memory=2048, pxe=True):
+        """pxe: the NIC first in the boot order (host A); else the disk, and the BMC's virtual
+        media sets the CD for the ramdisk's boots (host B)."""
         self.name = f"{tag}-{name}"
         self.short, self.mac = name, mac
         self.uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"e2e-provision/{self.name}"))
@@ -167,7 +187,9 @@ class Host:
 
 def start_sushy(topo, tmp, venv, users_file, ca_file):
     """sushy-emulator (Redfish) with the libvirt driver on bmc:8000, Basic auth from an
-    htpasswd file; it fetches virtual media over TLS, verified against the proxies' CA."""
+    htpasswd file; it fetches virtual media over TLS (requests, verify on), verified against
+    ca_file: a client's CA bundle, which a CA rotation rewrites in place (requests reads it
+    per connection)."""
     conf = os.path.join(tmp, "sushy.conf")
     with open(conf, "w") as f:
         f.write(f"SUSHY_EMULATOR_LISTEN_IP = {topo.ip('bmc')!r}\n"

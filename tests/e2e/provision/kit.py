@@ -51,7 +51,8 @@ def env_set(c, name, value):
 
 
 class Kit:
-    def __init__(self, topo, tmp, proxy_bin, ironic_venv, password, egress, ca_dir):
+    def __init__(self, topo, tmp, proxy_bin, ironic_venv, password, egress, ca_dir,
+                 ca_next_dir=None):
         self.ce = check_entrypoints()
         self.topo, self.tmp, self.bin = topo, tmp, proxy_bin
         self.venv = ironic_venv
@@ -68,8 +69,24 @@ class Kit:
         # it outlives a run), copied so that a rotation in the run changes only the copy.
         self.ca = os.path.join(tmp, "ca")
         shutil.copytree(ca_dir, self.ca)
+        # The CA a rotation switches to (docs/operate.md "Rotate the CA"), made beforehand: the
+        # deploy ramdisk carries both certificates, as that procedure has API clients trust
+        # both before the switch.
+        self.ca_next = None
+        if ca_next_dir:
+            self.ca_next = os.path.join(tmp, "ca-next")
+            shutil.copytree(ca_next_dir, self.ca_next)
+        # What API clients outside the pods trust (the harness, sushy-tools fetching virtual
+        # media): one file, rewritten in place by a rotation.
+        self.client_ca = os.path.join(tmp, "clients-ca.crt")
+        shutil.copyfile(os.path.join(self.ca, "ca.crt"), self.client_ca)
         self.password, self.egress = password, egress
         self.secrets = self._secrets()
+        # The balancer's mounts of the Secret ironic-proxy-ca (as the DaemonSet mounts it): the
+        # issuer directory and the trust bundle (key ca-bundle.crt as ca.crt).
+        self.lb_ca = os.path.join(tmp, "lb", "ca")
+        self.lb_trust = os.path.join(tmp, "lb", "trusted")
+        self._lb_volumes(self.secrets["ironic-proxy-ca"])
         self.objs = self.ce.render(os.path.join(ROOT, "config", "k8s", "standalone"),
                                    ["../components/boot-files"])
         self.cms = {o["metadata"]["name"]: o for o in self.objs if o["kind"] == "ConfigMap"}
@@ -126,6 +143,14 @@ class Kit:
         vip = self.topo.url_host("vip")
         site = self.cms["ironic-proxy-site"]["data"]
         site["IRONIC_PROXY_PEER_CIDRS"] = ",".join(self.topo.cidrs())
+        # The site facts of config/k8s/common/site.yaml for this topology: every sidecar's
+        # certificate carries the VIP, which the CA's constraints must cover.
+        site["IRONIC_PROXY_API_VIPS"] = ",".join(self.topo.addresses("vip"))
+        site["IRONIC_PROXY_NODE_ADDRESSES"] = ",".join(
+            ip for r in ("cp1", "cp2", "cp3") for ip in self.topo.addresses(r))
+        site["IRONIC_PROXY_PROVISIONING_CIDRS"] = ",".join(self.topo.cidrs())
+        site["DHCP_RANGE"] = ";".join(
+            f"{a},{b},{'255.255.255.0' if p == 24 else p}" for a, b, p in self.topo.dhcp_ranges())
         site["MARIADB_HOST"] = self.topo.url_host("svc")
         site["RUST_LOG"] = "info"
         ds = self.daemonset()
@@ -146,6 +171,8 @@ class Kit:
                         f"https://$(PROVISIONING_IP):{VMEDIA_TLS_PORT}")
                 env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
                 env_set(c, "IPA_FORWARD_CONSOLE", "yes")
+                # No LLDP on the bridge: IPA's inspection would wait 30 s for it three times.
+                env_set(c, "IRONIC_IPA_COLLECT_LLDP", "0")
                 # One API worker per instance (ironic-image: 0 = one per CPU): three instances
                 # and the VMs share two cores.
                 env_set(c, "NUMWORKERS", "1")
@@ -178,6 +205,39 @@ class Kit:
 
     def export_dir(self, role):
         return os.path.join(self.pod(role).dir, "vol", "ironic-proxy-tls")
+
+    # ------------------------------------------------------------------ Secret updates
+    def _lb_volumes(self, ca):
+        atomic_volume(self.lb_ca, {k: ca[k] for k in ("ca.crt", "ca.key", "ca-bundle.crt")},
+                      0o440)
+        atomic_volume(self.lb_trust, {"ca.crt": ca["ca-bundle.crt"]}, 0o440)
+
+    def update_ca_secret(self, issuer_dir, bundle_pem):
+        """docs/operate.md's `update ISSUER_DIR BUNDLE_FILE`: the Secret ironic-proxy-ca with
+        that issuer and bundle, brought to every pod that mounts it as kubelet does (each
+        volume's files swapped at once), the balancer's mounts included."""
+        read = lambda p: open(p, "rb").read()
+        ca = {"ca.crt": read(f"{issuer_dir}/ca.crt"), "ca.key": read(f"{issuer_dir}/ca.key"),
+              "ca-bundle.crt": bundle_pem}
+        self.secrets["ironic-proxy-ca"] = ca
+        for pod in self.pods.values():
+            for name, v in pod.volumes.items():
+                src = v.get("secret") or {}
+                if src.get("secretName") != "ironic-proxy-ca":
+                    continue
+                items = src.get("items") or [{"key": k, "path": k} for k in ca]
+                atomic_volume(os.path.join(pod.dir, "vol", name),
+                              {it["path"]: ca[it["key"]] for it in items},
+                              src.get("defaultMode", 0o644), pod.fs_group)
+        self._lb_volumes(ca)
+
+    def set_client_ca(self, pem):
+        """What the API clients outside the pods trust, replaced in one rename."""
+        tmp = self.client_ca + ".new"
+        with open(tmp, "wb") as f:
+            f.write(pem)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.client_ca)
 
     # ------------------------------------------------------------------ running containers
     def container(self, role, name, pod=None):
@@ -229,6 +289,38 @@ class Kit:
 
     def log(self, role, name):
         return os.path.join(self.tmp, f"{role}-{name}.log")
+
+
+def atomic_volume(path, files, mode, group=None):
+    """A Secret volume as kubelet's atomic writer keeps it (pkg/volume/util/atomic_writer.go):
+    the files in a fresh timestamped directory, `..data` pointing at it (replaced by a rename,
+    so a reader sees either every old file or every new one), one symlink per file through
+    `..data`. Makes the volume or updates it."""
+    os.makedirs(path, exist_ok=True)
+    ts = tempfile.mkdtemp(prefix="..2026_12_06_", dir=path)
+    for rel, data in files.items():
+        f = os.path.join(ts, rel)
+        os.makedirs(os.path.dirname(f), exist_ok=True)
+        with open(f, "wb") as out:
+            out.write(data)
+        m = mode
+        if group is not None:
+            os.chown(f, 0, group)
+            m |= 0o440
+        os.chmod(f, m)
+        top = os.path.join(path, rel.split("/")[0])
+        if not os.path.lexists(top):
+            os.symlink(os.path.join("..data", rel.split("/")[0]), top)
+    for d in (path, ts):
+        os.chmod(d, 0o755 if group is None else 0o2755)
+        if group is not None:
+            os.chown(d, 0, group)
+    data_link = os.path.join(path, "..data")
+    old = os.readlink(data_link) if os.path.lexists(data_link) else None
+    os.symlink(os.path.basename(ts), data_link + "_tmp")
+    os.rename(data_link + "_tmp", data_link)
+    if old:
+        shutil.rmtree(os.path.join(path, old), ignore_errors=True)
 
 
 def wait_listening(topo, role, port, timeout=120, what=None):

@@ -8,26 +8,29 @@ Stages, each a check line; the last line is `e2e-provision: N passed, N failed`.
 
 import argparse
 import os
-import re
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import threading
 import traceback
+import types
 
-from ironic_proxy_testing.procs import Failure, wait_for
+from ironic_proxy_testing.procs import wait_for
 from ironic_proxy_testing.topology import Topology
 
-from . import bmc, image, report, services
+from . import bmc, report, services
+from . import hosts as hosts_mod
 from .api import Api, Timeline
+from .faults import Faults
 from .kit import API_PORT, Kit, wait_listening
 
 ROLES = ["svc", "bmc", "cp1", "cp2", "cp3"]
 CPS = ["cp1", "cp2", "cp3"]
 MAC_A = "52:54:00:22:00:0a"
-STEP = 1800  # seconds a provisioning step may take: QEMU under TCG on 2 cores shared with other work
+MAC_B = "52:54:00:22:00:0b"
 
 
 class Run:
@@ -69,81 +72,6 @@ def placeholder_ipa(tmp):
     return tuple(out)
 
 
-def enrol(api, name, host, bmc_url, bmc_auth, kit, owner_ip=None):
-    """As baremetal-operator registers a host (pkg/provisioner/ironic/ironic.go Register:
-    driver, driver_info with the BMC's address and credentials and the deploy kernel and
-    ramdisk, boot interface, properties; then a port with the boot MAC)."""
-    body = {"name": name, "driver": "redfish", "boot_interface": "ipxe",
-            "inspect_interface": "agent", "deploy_interface": "direct",
-            "firmware_interface": "redfish", "raid_interface": "redfish",
-            "driver_info": {"redfish_address": bmc_url,
-                            "redfish_system_id": f"/redfish/v1/Systems/{host.uuid}",
-                            "redfish_username": bmc_auth[0],
-                            "redfish_password": bmc_auth[1],
-                            "deploy_kernel": "file:///shared/html/images/"
-                                             "ironic-python-agent.kernel",
-                            "deploy_ramdisk": "file:///shared/html/images/"
-                                              "ironic-python-agent.initramfs"},
-            "properties": {"capabilities": "boot_mode:bios", "cpu_arch": "x86_64"}}
-    node = api.call("POST", "/v1/nodes", json=body).json()
-    api.call("POST", "/v1/ports", json={"node_uuid": node["uuid"], "address": host.mac,
-                                        "pxe_enabled": True})
-    return node["uuid"]
-
-
-def provision(api, timeline, uuid, label, verb, want, body=None, timeout=STEP):
-    """PUT /v1/nodes/<uuid>/states/provision {target: verb}, then waits for `want` (failing at
-    once on a *failed state)."""
-    api.call("PUT", f"/v1/nodes/{uuid}/states/provision", json={"target": verb, **(body or {})})
-
-    def done():
-        n = api.get(f"/v1/nodes/{uuid}?fields=provision_state,last_error", timeout=10)
-        state = n["provision_state"]
-        if state == want or state.endswith("failed") or state == "error":
-            return n
-        return None
-    # wait_for retries on exceptions: a failed state is returned, then raised here.
-    n = wait_for(f"{label} to reach {want}", done, timeout, interval=1)
-    if n["provision_state"] != want:
-        raise Failure(f"{label}: {n['provision_state']}: {n.get('last_error')}")
-
-
-def access(path):
-    """The JSON access lines of a proxy log (the sidecar's, the balancer's)."""
-    out = []
-    try:
-        text = open(path, errors="replace").read()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        if '"access"' in line or " access: " in line:
-            out.append(line)
-    return out
-
-
-# A VM's address from the DHCP range (the nodes are .11-.13), as the sidecar logs a client.
-VM_CLIENT = re.compile(r"client=\[(::ffff:)?172\.22\.0\.1\d\d\]|client=\[fd2e:22::1\d\d\]")
-
-
-def pxe_chain(run, kit, owner, uuid, timeout):
-    """The PXE chain of a host, from the logs: boot.ipxe and the per-node config through a
-    sidecar's plain boot route (from the VM's DHCP address), then the deploy kernel from the
-    owning conductor's httpd."""
-    def seen():
-        boot = [l for r in CPS for l in access(kit.log(r, "ironic-proxy"))
-                if "boot.ipxe" in l and VM_CLIENT.search(l) and "status=200" in l]
-        conf = [l for r in CPS for l in access(kit.log(r, "ironic-proxy"))
-                if "pxelinux.cfg/" in l and "status=200" in l]
-        kernel = [l for l in open(kit.log(owner, "httpd"), errors="replace")
-                  if f"/{uuid}/deploy_kernel" in l and '"status": 200' in l]
-        return (boot, conf, kernel) if boot and conf and kernel else None
-    got = wait_for("the PXE chain (boot.ipxe, the node's config, the deploy kernel)", seen,
-                   timeout or 1, interval=2)
-    run.check("PXE chain through the sidecars", True,
-              f"boot.ipxe {len(got[0])}x, config {len(got[1])}x via the boot route; deploy "
-              f"kernel from {owner}'s httpd {len(got[2])}x")
-
-
 def proxy_logs(tmp):
     logs = [("balancer", os.path.join(tmp, "svc-balancer.log"))]
     return logs + [("sidecar", os.path.join(tmp, f"{r}-ironic-proxy.log")) for r in CPS]
@@ -159,53 +87,25 @@ def summary(run, tmp):
 
 
 def agent_traffic(run, tmp):
-    """IPA's lookups and heartbeats through the balancer's VIP; Ironic's commands to IPA
-    through the egress relay."""
+    """IPA's lookups and heartbeats through the balancer's VIP. Ironic's commands to IPA: its
+    agent_url is https (IPA's automatic TLS, Metal3's default) and the kit sets HTTP_PROXY
+    only, so they leave Ironic direct, TLS end to end, not through the egress (whose
+    contract answers CONNECT with 405); counted from Ironic's debug log."""
     bal = report.parse(os.path.join(tmp, "svc-balancer.log"))
     lookups = [r for r in bal if r.get("path", "").startswith("/v1/lookup")]
     beats = [r for r in bal if "/heartbeat" in r.get("path", "")]
     relay = [r for _, p in proxy_logs(tmp)[1:] for r in report.parse(p)
              if r.get("listener") == "json-rpc-egress" and r.get("upstream", "").endswith(":9999")]
+    direct = report.agent_commands(tmp, CPS)
     run.check("IPA lookups and heartbeats through the balancer's VIP", lookups and beats,
               f"lookup {len(lookups)}x, heartbeat {len(beats)}x "
               f"(statuses {sorted({r['status'] for r in lookups + beats})})")
-    run.check("Ironic's commands to IPA through the egress relay", bool(relay),
-              f"{len(relay)} requests to :9999 "
-              f"(statuses {sorted({r['status'] for r in relay})})")
-
-
-def deploy(run, api, timeline, kit, uuid, host, label, tmp):
-    """As baremetal-operator provisions (pkg/provisioner/ironic/ironic.go Provision and
-    getInstanceUpdateOpts: instance_info image_source, image_os_hash_algo/value,
-    image_disk_format; the config drive with the target `active`): a whole-disk image that IPA
-    downloads from the owning conductor's boot server. Then the disk's content and the
-    deployed image's marker on the serial console."""
-    marker = f"E2E-PROVISION-MARKER {label}"
-    img = os.path.join(tmp, f"{label}.img")
-    size, digest = image.make(img, marker)
-    for role in CPS:
-        dst = os.path.join(kit.shared(role), "html", "images", f"{label}.img")
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(img, dst)
-        os.chmod(dst, 0o644)
-    # The conductor field is Ironic's [DEFAULT]host with the JSON-RPC port ("ip:6189").
-    owner_ip = api.get(f"/v1/nodes/{uuid}?fields=conductor")["conductor"].rsplit(":", 1)[0]
-    url = f"http://{kit.topo.url_host(owner_ip)}:6180/images/{label}.img"
-    api.call("PATCH", f"/v1/nodes/{uuid}", json=[
-        {"op": "add", "path": "/instance_info/image_source", "value": url},
-        {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-        {"op": "add", "path": "/instance_info/image_os_hash_value", "value": digest},
-        {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"}])
-    configdrive = {"meta_data": {"uuid": uuid, "name": label, "hostname": label},
-                   "user_data": f"#cloud-config\nhostname: {label}\n"}
-    provision(api, timeline, uuid, label, "active", "active", body={"configdrive": configdrive})
-    run.check(f"deployed {label}: active", True, f"image {url} ({size} B, sha256 "
-              f"{digest[:16]})")
-    seconds = bmc.wait_console(host, marker, 600)
-    run.check(f"{label} boots the deployed image from its disk", True,
-              f"marker on the serial console {seconds:.0f} s after active")
-    ok, detail = image.disk_matches(host.disk, img)
-    run.check(f"{label} disk holds the image", ok, detail)
+    run.check("Ironic's commands to IPA: direct, end-to-end TLS (not the egress)",
+              direct["commands"] + direct["polls"] > 0,
+              f"{direct['commands']} commands and {direct['polls']} status polls in Ironic's "
+              f"logs (the agent URLs are https, see `deployed`); through the egress relay: "
+              f"{len(relay)}")
+    return direct
 
 
 def main():
@@ -217,8 +117,10 @@ def main():
     p.add_argument("--bmc-venv", required=True)
     p.add_argument("--ipa", default=os.environ.get("IPA_DIR"))
     p.add_argument("--ca-dir", required=True)
+    p.add_argument("--ca-next-dir")
     p.add_argument("--until", default="active",
                    choices=["up", "enrolled", "pxe", "inspected", "available", "active"])
+    p.add_argument("--no-faults", action="store_true")
     p.add_argument("--keep", action="store_true")
     args = p.parse_args()
     run = Run(args)
@@ -226,7 +128,7 @@ def main():
     os.chmod(tmp, 0o755)
     topo = Topology(args.stack, roles=ROLES)
     libvirt = bmc.Libvirt(tmp)
-    hosts, api, timeline = [], None, None
+    hosts, api, timeline, faults = {}, None, None, None
     password = secrets.token_hex(12)
     try:
         run.stage(f"topology ({args.stack}): bridge {topo.bridge}, namespaces "
@@ -246,7 +148,7 @@ def main():
         real_ipa = ipa is not None
         ipa = ipa or placeholder_ipa(tmp)
         kit = Kit(topo, tmp, args.proxy_bin, args.ironic_venv, password,
-                  f"ironic:{secrets.token_hex(24)}", args.ca_dir)
+                  f"ironic:{secrets.token_hex(24)}", args.ca_dir, args.ca_next_dir)
         run.stage("shared services: MariaDB, DNS")
         services.start_mariadb(topo, tmp, password)
         services.start_dns(topo, tmp)
@@ -262,7 +164,7 @@ def main():
         services.start_balancer(topo, tmp, kit, args.proxy_bin)
         services.start_dhcp(kit)
         api = Api(topo.netns("svc"), f"https://{topo.url_host('vip')}:{API_PORT}",
-                  ("admin", password), os.path.join(kit.ca, "ca.crt"))
+                  ("admin", password), kit.client_ca)
 
         def conductors():
             got = api.get("/v1/conductors?fields=hostname,alive", timeout=10)["conductors"]
@@ -273,46 +175,94 @@ def main():
                   ", ".join(alive))
         if args.until == "up":
             return
-        run.stage("BMC: sushy-tools on libvirt")
+        run.stage("BMC: sushy-tools on libvirt; hosts A (PXE) and B (virtual media)")
         warm.wait(timeout=600)
+        libvirt.storage_pool()
         users = os.path.join(tmp, "bmc-htpasswd")
         bmc_pw = secrets.token_hex(8)
         os.system(f"htpasswd -nbB admin {bmc_pw} > {users}")
-        bmc.start_sushy(topo, tmp, args.bmc_venv, users, os.path.join(kit.ca, "ca.crt"))
-        host_a = bmc.Host(tmp, topo.tag, "host-a", MAC_A, topo.bridge, pxe=True)
-        hosts.append(host_a)
+        bmc.start_sushy(topo, tmp, args.bmc_venv, users, kit.client_ca)
+        hosts["host-a"] = bmc.Host(tmp, topo.tag, "host-a", MAC_A, topo.bridge, pxe=True)
+        hosts["host-b"] = bmc.Host(tmp, topo.tag, "host-b", MAC_B, topo.bridge, pxe=False)
         timeline = Timeline(api)
         bmc_url = f"http://{topo.url_host('bmc')}:{bmc.REDFISH_PORT}"
-        a = enrol(api, "host-a", host_a, bmc_url, ("admin", bmc_pw), kit)
-        timeline.watch(a, "host-a")
-        provision(api, timeline, a, "host-a", "manage", "manageable", timeout=300)
-        owner = api.get(f"/v1/nodes/{a}?fields=conductor")["conductor"]
-        run.check("enrolled and managed: host-a (redfish, sushy-tools + libvirt)", True,
-                  f"owner {owner}")
+        auth = ("admin", bmc_pw)
+        ip_role = {topo.ip(r): r for r in CPS}
+        # A's owner is not cp1: cp1's sidecar is the boot.ipxe URL the DHCP server hands out,
+        # and the kill fault takes A's owner down. B's owner is another node.
+        a, cond_a, tries_a = hosts_mod.enrol_owned(
+            api, "host-a", hosts["host-a"], bmc_url, auth, "ipxe",
+            {topo.ip("cp2"), topo.ip("cp3")})
+        b, cond_b, tries_b = hosts_mod.enrol_owned(
+            api, "host-b", hosts["host-b"], bmc_url, auth, "redfish-virtual-media",
+            set(ip_role) - {cond_a.rsplit(":", 1)[0]})
+        owners = {"host-a": ip_role[cond_a.rsplit(":", 1)[0]],
+                  "host-b": ip_role[cond_b.rsplit(":", 1)[0]]}
+        spare = next(r for r in CPS if r not in owners.values())
+        ctx = types.SimpleNamespace(
+            api=api, kit=kit, topo=topo, run=run, tmp=tmp, proxy_bin=args.proxy_bin,
+            uuids={"host-a": a, "host-b": b}, hosts=hosts, owners=owners,
+            boot={"host-a": "ipxe", "host-b": "redfish-virtual-media"},
+            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={})
+        for label, u in ctx.uuids.items():
+            timeline.watch(u, label)
+        run.check("A and B owned by different conductors", owners["host-a"] != owners["host-b"],
+                  f"host-a {a} (ipxe) -> {cond_a} ({owners['host-a']}, UUID try {tries_a}); "
+                  f"host-b {b} (redfish-virtual-media) -> {cond_b} ({owners['host-b']}, "
+                  f"UUID try {tries_b}); {spare} owns neither")
+        for label, u in ctx.uuids.items():
+            hosts_mod.provision(api, u, label, "manage", "manageable", timeout=300)
+        run.check("enrolled and managed: host-a, host-b (redfish, sushy-tools + libvirt)", True)
         if args.until == "enrolled":
             return
-        run.stage("inspect host-a (agent): PXE boot through the sidecars' boot routes")
-        owner_role = next(r for r in CPS if topo.ip(r) == owner.split(":")[0])
         if not real_ipa:
             api.call("PUT", f"/v1/nodes/{a}/states/provision", json={"target": "inspect"})
-            pxe_chain(run, kit, owner_role, a, 900)
+            hosts_mod.pxe_chain(run, kit, owners["host-a"], a, 900)
             return
-        provision(api, timeline, a, "host-a", "inspect", "manageable")
-        pxe_chain(run, kit, owner_role, a, 0)
-        inv = api.get(f"/v1/nodes/{a}/inventory", expect=(200,))
-        run.check("inspected host-a", True,
-                  f"{len(inv['inventory'].get('interfaces', []))} interfaces, "
-                  f"{len(inv['inventory'].get('disks', []))} disks, memory "
-                  f"{inv['inventory'].get('memory', {}).get('physical_mb')} MB")
-        if args.until == "inspected":
-            return
-        provision(api, timeline, a, "host-a", "provide", "available")
-        run.check("cleaned host-a (provide: metadata erase)", True)
-        agent_traffic(run, tmp)
-        if args.until == "available":
-            return
-        deploy(run, api, timeline, kit, a, host_a, "host-a", tmp)
-    except Exception as e:  # noqa: BLE001 - reported, then cleaned up
+        if not args.no_faults and args.until == "active" and args.ca_next_dir:
+            faults = Faults(run, ctx, t0=timeline.t0)
+            ctx.retry_if["host-a"] = lambda: faults.killed_at and (
+                f"{owners['host-a']} killed with host-a in {faults.killed_at[0]} (step "
+                f"{faults.killed_at[1]}): ironic/conductor/manager.py _check_orphan_nodes "
+                "fails a node in deploying reserved by an offline conductor "
+                "(utils.abort_on_conductor_take_over)")
+            ctx.stuck["host-a"] = faults.stuck
+            faults.start()
+        run.stage("inspect, provide, deploy: host-a and host-b side by side")
+        errors = {}
+
+        def life(label):
+            try:
+                hosts_mod.lifecycle(ctx, label, args.until)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors[label] = e
+                traceback.print_exc()
+        threads = [threading.Thread(target=life, args=(label,), daemon=True)
+                   for label in ctx.uuids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for label, e in errors.items():
+            run.check(f"{label} reached {args.until}", False, f"{type(e).__name__}: {e}")
+        if faults:
+            faults.close()
+            if not errors and faults.rotation_step == 2:
+                faults.rotate_drop_old()
+            end = api.get(f"/v1/nodes/{a}?fields=provision_state,conductor")
+            run.check("fault: host-a's owner killed while its agent deployed",
+                      faults.killed_at is not None,
+                      f"{owners['host-a']} killed in {faults.killed_at}; host-a now "
+                      f"{end['provision_state']} on {end['conductor']}")
+            run.check("fault: a sidecar and the balancer restarted while heartbeats flowed",
+                      faults.restarted, f"sidecar of {spare}, then the balancer")
+            run.check("fault: CA rotated during the run", faults.rotation_step == 3,
+                      f"step {faults.rotation_step} of 3")
+            for err in faults.errors:
+                run.check("fault", False, err)
+        if args.until in ("available", "active"):
+            agent_traffic(run, tmp)
+    except BaseException as e:  # noqa: BLE001 - reported (an interrupt too), then cleaned up
         run.check("run", False, f"{type(e).__name__}: {e}")
         traceback.print_exc()
         for name in sorted(os.listdir(tmp)):
@@ -320,20 +270,28 @@ def main():
                 path = os.path.join(tmp, name)
                 lines = open(path, errors="replace").read().splitlines()[-8:]
                 print(f"==== {name} (last lines)\n" + "\n".join(lines))
-        for h in hosts:
+        for h in hosts.values():
             print(f"==== {h.name} console (last lines)\n" +
                   "\n".join(h.console_text().splitlines()[-20:]))
     finally:
+        if faults:
+            faults.close()
         if timeline:
             timeline.close()
             timeline.print()
+        if faults and faults.events:
+            print("faults:")
+            for t, text in faults.events:
+                print(f"  {t:7.1f} s  {text}")
         try:
             summary(run, tmp)
+            report.print_failures(report.log_failures(
+                tmp, CPS, {label: h.console for label, h in hosts.items()}))
         except Exception as e:  # noqa: BLE001 - the summary must not hide the cleanup
             run.check("summary", False, repr(e))
         if api:
             api.close()
-        for h in hosts:
+        for h in hosts.values():
             h.destroy()
         topo.down()
         libvirt.stop()

@@ -5,6 +5,8 @@ import json
 import re
 
 FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+# A VM's address (the DHCP range .100-.199), as a proxy logs its client.
+VM = re.compile(r"172\.22\.0\.1\d\d(?!\d)|fd2e:22::1\d\d(?![0-9a-f])")
 BOOT = ("/boot.ipxe", "/pxelinux.cfg/", "/grub.cfg-01-", "/inspector.ipxe", "/images/")
 
 
@@ -34,13 +36,15 @@ def kind(rec, who):
         return None
     listener, path = rec.get("listener"), rec.get("path", "")
     if who == "balancer":
-        return "API through the balancer"
+        if VM.search(rec.get("client", "")):
+            return "API through the balancer: IPA (lookup, heartbeat, inspection)"
+        return "API through the balancer: harness (as BMO)"
     if listener == "json-rpc-egress":
         if rec.get("rpc_method") not in (None, "-", "other"):
             return "JSON-RPC through the egress"
         if rec.get("upstream", "").endswith(":9999"):
             return "relay to IPA (egress)"
-        return "relay, other (BMC, images; egress)"
+        return "relay, other (Redfish to the BMC; egress)"
     if listener == "json-rpc":
         return "JSON-RPC received (mutual TLS)"
     if listener == "vmedia-tls":
@@ -80,7 +84,7 @@ def print_counts(table):
     for k in sorted(table):
         row = table[k]
         blame = ", ".join(f"{b} {n}" for b, n in sorted(row["blame"].items()))
-        print(f"  {k:45} {row['requests']:6}  failed {row['failed']}" +
+        print(f"  {k:64} {row['requests']:6}  failed {row['failed']}" +
               (f" (blame: {blame})" if blame else ""))
 
 
@@ -88,3 +92,66 @@ def failed_by_proxy(table):
     """Requests the proxies themselves failed (blame `proxy`/`us`)."""
     return sum(n for row in table.values() for b, n in row["blame"].items()
                if b in ("proxy", "us", "self"))
+
+
+def agent_commands(tmp, roles):
+    """Ironic's requests to the agents (ironic/drivers/modules/agent_client.py logs each at
+    debug, which ironic-image turns on): commands and command-status polls, per log."""
+    out = {"commands": 0, "polls": 0}
+    for role in roles:
+        try:
+            text = open(f"{tmp}/{role}-ironic.log", errors="replace").read()
+        except OSError:
+            continue
+        out["commands"] += text.count("Executing agent command ")
+        out["polls"] += text.count("Fetching status of agent commands")
+    return out
+
+
+UUIDS = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+NUMBERS = re.compile(r"\b\d+(\.\d+)*\b")
+# What counts as a failed request in the logs of the parties that are not proxies.
+FAILED = {
+    "ironic": re.compile(r" (ERROR|WARNING) .*(HTTP|http|[Cc]onnection|[Tt]imed? ?out|"
+                         r"refused|RPC|rpc|json_rpc|[Hh]eartbeat|[Ff]ailed to|Unable to)"),
+    "ipa": re.compile(r"(ERROR|WARNING) ironic_python_agent\.(agent|ironic_api_client|"
+                      r"inspector)\b.*(heartbeat|[Ll]ookup|[Cc]onnection|HTTP|status|"
+                      r"[Tt]imed? ?out|refused|SSL|certificate)"),
+    # werkzeug's access lines, coloured for errors ("\x1b[35m\x1b[1mPOST ... HTTP/1.1\x1b[0m").
+    "sushy": re.compile(r'"(\x1b\[[0-9;]*m)*\w+ \S+ HTTP/1\.\d(\x1b\[0m)?" [45]\d\d|'
+                        r'ERROR|Traceback'),
+}
+
+
+def log_failures(tmp, roles, consoles):
+    """Failed requests seen by the parties other than the proxies, grouped by message (UUIDs
+    and numbers masked): {(log, party): {message: count}}."""
+    logs = [(f"{role}-ironic.log", "ironic", f"{tmp}/{role}-ironic.log") for role in roles]
+    logs.append(("bmc-sushy.log", "sushy", f"{tmp}/bmc-sushy.log"))
+    logs += [(f"{label} console (IPA)", "ipa", path) for label, path in consoles.items()]
+    out = {}
+    for name, party, path in logs:
+        try:
+            lines = open(path, errors="replace").read().splitlines()
+        except OSError:
+            continue
+        groups = {}
+        for line in lines:
+            if not FAILED[party].search(line):
+                continue
+            key = NUMBERS.sub("N", UUIDS.sub("UUID", line.split(" - ", 1)[-1]))[:220]
+            groups[key] = groups.get(key, 0) + 1
+        if groups:
+            out[(name, party)] = groups
+    return out
+
+
+def print_failures(groups):
+    print("failed or retried requests in the other parties' logs (grouped; classified in "
+          "the report):")
+    if not groups:
+        print("  none")
+    for (name, _), msgs in sorted(groups.items()):
+        print(f"  {name}:")
+        for msg, n in sorted(msgs.items(), key=lambda kv: -kv[1])[:25]:
+            print(f"    {n:5}x  {msg}")

@@ -1,0 +1,272 @@
+"""The faults of issue 49 while the hosts provision, each started by a state a host reaches
+(polled through the balancer, as the timeline is):
+
+- **kill**: SIGKILL to every process group of the node that owns host A (sidecar, Ironic,
+  httpd: the node dies as a machine would) once A's agent runs its deploy steps (A in `wait
+  call-back` or `deploying` for `active`, its deploy step past `deploy`, the step that boots
+  the ramdisk). Ironic's own rules decide what follows: the hash ring moves A to a live
+  conductor; a node reserved by the dead conductor in `deploying` goes to `deploy failed`
+  (ironic/conductor/manager.py `_check_orphan_nodes`, `utils.abort_on_conductor_take_over`),
+  a node in `wait call-back` is not reserved and continues on its new owner at the agent's
+  next heartbeat. main.py retries a failed deploy through the proxies.
+- **restart**: SIGTERM to the sidecar of the node that owns neither host, then its start (a
+  native sidecar container restarting alone), then the same for the balancer, while an agent
+  heartbeats (a host in `clean wait`).
+- **rotate**: the CA by docs/operate.md "Rotate the CA": trust both (the Secret's bundle, and
+  the API clients' bundle), wait until every live proxy has reloaded; switch the issuer, wait
+  until every live proxy serves a leaf of the new CA; after both hosts are `active`, drop the
+  old CA and show that the API answers with the new CA alone and no longer with the old.
+"""
+
+import os
+import subprocess
+import threading
+import time
+
+from ironic_proxy_testing.procs import wait_for
+
+from . import services
+from .kit import API_PORT, VMEDIA_TLS_PORT, wait_listening
+
+CPS = ["cp1", "cp2", "cp3"]
+
+
+def cert_count(path):
+    try:
+        return open(path, errors="replace").read().count("BEGIN CERTIFICATE")
+    except OSError:
+        return 0
+
+
+def issuer_of(pem_path):
+    p = subprocess.run(["openssl", "x509", "-in", pem_path, "-noout", "-issuer"],
+                       capture_output=True, text=True)
+    return p.stdout.strip()
+
+
+def served_issuer(topo, role, host, port):
+    """The issuer of the certificate a TLS listener presents (openssl s_client from a role's
+    namespace)."""
+    p = subprocess.run(topo.wrap(role, [
+        "sh", "-c", f"openssl s_client -connect {host}:{port} -servername {host} </dev/null "
+        "2>/dev/null | openssl x509 -noout -issuer"]), capture_output=True, text=True,
+        timeout=30)
+    return p.stdout.strip()
+
+
+def verifies_with(topo, role, host, port, ca):
+    """Whether a TLS client trusting only `ca` accepts a listener's certificate."""
+    p = subprocess.run(topo.wrap(role, [
+        "sh", "-c", f"openssl s_client -connect {host}:{port} -verify_return_error "
+        f"-CAfile {ca} </dev/null >/dev/null 2>&1"]), timeout=30)
+    return p.returncode == 0
+
+
+class Faults:
+    """The three faults, driven by two threads (the kill watches A closely; restart and
+    rotation do slow work). `events` holds (seconds since start, text) for the report."""
+
+    def __init__(self, run, ctx, t0=None):
+        self.run, self.ctx = run, ctx
+        self.t0 = t0 or time.monotonic()  # the timeline's clock
+        self.events = []
+        self.dead = set()  # roles killed
+        self.killed_at = None  # A's state when its owner died
+        self.kill_time = None
+        self.restarted = self.rotated = False
+        self.rotation_step = 0
+        self.stop_evt = threading.Event()
+        self.errors = []
+        self.threads = [threading.Thread(target=self._guard, args=(f,), daemon=True)
+                        for f in (self._kill_loop, self._disturb_loop)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def close(self):
+        self.stop_evt.set()
+        for t in self.threads:
+            t.join(timeout=120)
+
+    def note(self, text):
+        t = round(time.monotonic() - self.t0, 1)
+        self.events.append((t, text))
+        print(f"fault {t:7.1f} s  {text}", flush=True)
+
+    def _guard(self, fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - reported as a failed check by main
+            self.errors.append(f"{fn.__name__}: {type(e).__name__}: {e}")
+            self.note(f"{fn.__name__} failed: {e}")
+
+    def node(self, label):
+        return self.ctx.api.get(f"/v1/nodes/{self.ctx.uuids[label]}?fields=provision_state,"
+                                "target_provision_state,deploy_step,conductor,reservation",
+                                timeout=10)
+
+    # ------------------------------------------------------------------ kill A's owner
+    def _kill_loop(self):
+        """Kills A's owner while A waits for its call-back with its agent writing the image
+        (fast track: the agent of cleaning deploys, so the first unlocked wait is
+        `write_image`'s) and no conductor holds A's lock. A node locked by the dead
+        conductor is never released with a JSON-RPC port other than 8089 (see `stuck`)."""
+        ctx = self.ctx
+        while not self.stop_evt.wait(0.5):
+            try:
+                n = self.node("host-a")
+            except Exception:  # noqa: BLE001 - the next poll will do
+                continue
+            step = (n.get("deploy_step") or {}).get("step")
+            if (n["provision_state"] == "wait call-back"
+                    and n.get("target_provision_state") == "active"
+                    and step not in (None, "deploy") and not n.get("reservation")):
+                owner = ctx.owners["host-a"]
+                self.killed_at = (n["provision_state"], step)
+                self.note(f"kill: host-a in {n['provision_state']} (deploy step {step}, not "
+                          f"locked); SIGKILL every process of {owner} ({ctx.topo.ip(owner)}), "
+                          "its owner")
+                self.kill_time = time.monotonic()
+                ctx.topo.kill(owner)
+                self.dead.add(owner)
+                return
+            if n["provision_state"] in ("active", "deploy failed", "error"):
+                self.note(f"kill: host-a reached {n['provision_state']} before its agent "
+                          "ran a deploy step past `deploy`: not killed")
+                return
+
+    def stuck(self, n):
+        """Why host A cannot move any more, or None: Ironic reserves a node under
+        [DEFAULT]host (conductor/task_manager.py: Node.reserve(context, CONF.host, ...)) but
+        registers the conductor as host:port when [json_rpc]port is not 8089
+        (conductor/base_manager.py), and releases a dead conductor's reservations by that
+        registered name (manager.py _check_orphan_nodes: reserved_by_any_of offline
+        conductors; clear_node_reservations_for_conductor at start): the names never match,
+        so a node locked by the killed conductor stays locked."""
+        if not self.dead or not n.get("reservation"):
+            return None
+        dead = {self.ctx.topo.ip(r) for r in self.dead}
+        if n["reservation"] in dead and time.monotonic() - self.kill_time > 300:
+            return (f"host-a still reserved by {n['reservation']} (killed "
+                    f"{time.monotonic() - self.kill_time:.0f} s ago; conductor registered as "
+                    f"{n['reservation']}:6189): Ironic never releases it")
+        return None
+
+    # ------------------------------------------------------------------ restart, rotate
+    def _disturb_loop(self):
+        ctx = self.ctx
+        while not self.stop_evt.wait(1):
+            try:
+                states = {label: self.node(label)["provision_state"] for label in ctx.uuids}
+            except Exception:  # noqa: BLE001 - the next poll will do
+                continue
+            if not self.restarted and "clean wait" in states.values():
+                who = [lb for lb, s in states.items() if s == "clean wait"]
+                self.restart(f"{', '.join(who)} in clean wait")
+                self.restarted = True
+            if self.rotation_step == 0 and any(
+                    s in ("available", "deploying", "wait call-back", "active")
+                    for s in states.values()):
+                self.rotate_trust_both()
+                self.rotate_switch()
+            if self.restarted and self.rotation_step >= 2:
+                return
+
+    def restart(self, why):
+        ctx = self.ctx
+        role = ctx.spare
+        self.note(f"restart: {why}; SIGTERM to the sidecar of {role} (owns neither host)")
+        took = ctx.topo.stop(role, "ironic-proxy", timeout=40)
+        ctx.kit.container(role, "ironic-proxy")
+        wait_listening(ctx.topo, role, API_PORT, what=f"{role}'s restarted sidecar")
+        self.note(f"restart: {role}'s sidecar stopped in {took:.1f} s and listens again")
+        took = ctx.topo.stop("svc", "balancer", timeout=40)
+        services.start_balancer(ctx.topo, ctx.tmp, ctx.kit, ctx.proxy_bin)
+        self.note(f"restart: balancer stopped in {took:.1f} s and listens again")
+
+    def live(self):
+        return [r for r in CPS if r not in self.dead]
+
+    def rotate_trust_both(self):
+        """Step 1: trust both. Every live sidecar exports the new bundle (a changed bundle
+        re-issues the leaf); the balancer's renewal counter rises."""
+        kit, topo = self.ctx.kit, self.ctx.topo
+        old = open(os.path.join(kit.ca, "ca.crt"), "rb").read()
+        new = open(os.path.join(kit.ca_next, "ca.crt"), "rb").read()
+        before = self.balancer_renewals()
+        self.note("rotate 1/3: trust both (Secret ironic-proxy-ca: old issuer, bundle old+new;"
+                  " API clients' bundle old+new)")
+        kit.set_client_ca(old + new)
+        kit.update_ca_secret(kit.ca, old + new)
+        for role in self.live():
+            wait_for(f"{role}'s sidecar to export both CAs", lambda r=role: cert_count(
+                os.path.join(kit.export_dir(r), "ca.crt")) == 2, 120, interval=1)
+        wait_for("the balancer to reload the bundle",
+                 lambda: self.balancer_renewals() > before, 120, interval=1)
+        self.rotation_step = 1
+        self.note(f"rotate 1/3: every live proxy trusts both ({', '.join(self.live())}, "
+                  "balancer)")
+
+    def rotate_switch(self):
+        """Step 2: the new CA signs. A changed issuer re-issues at once
+        (src/identity/rotate.rs), so no pod is restarted."""
+        kit, topo = self.ctx.kit, self.ctx.topo
+        old = open(os.path.join(kit.ca, "ca.crt"), "rb").read()
+        new = open(os.path.join(kit.ca_next, "ca.crt"), "rb").read()
+        want = issuer_of(os.path.join(kit.ca_next, "ca.crt")).replace("issuer=", "")
+        self.note("rotate 2/3: switch the issuer (Secret: new issuer, bundle old+new)")
+        kit.update_ca_secret(kit.ca_next, old + new)
+        for role in self.live():
+            wait_for(f"{role}'s sidecar to serve a leaf of the new CA",
+                     lambda r=role: want in issuer_of(os.path.join(kit.export_dir(r),
+                                                                   "tls.crt")), 120, 1)
+        vip = topo.ip("vip")
+        wait_for("the balancer to serve a leaf of the new CA",
+                 lambda: want in served_issuer(topo, "svc", vip, API_PORT), 120, 1)
+        vmedia = {r: served_issuer(topo, "svc", topo.ip(r), VMEDIA_TLS_PORT)
+                  for r in self.live()}
+        self.rotation_step = 2
+        self.note(f"rotate 2/3: leaves from the new CA on every live proxy (vmedia-tls: "
+                  f"{', '.join(f'{r} {v}' for r, v in vmedia.items())})")
+
+    def rotate_drop_old(self):
+        """Step 3, after both hosts are active (the agents, which trust both, are gone): the
+        new CA alone."""
+        kit, topo = self.ctx.kit, self.ctx.topo
+        new = open(os.path.join(kit.ca_next, "ca.crt"), "rb").read()
+        before = self.balancer_renewals()
+        self.note("rotate 3/3: drop the old CA (Secret: new issuer, bundle new; clients new)")
+        kit.set_client_ca(new)
+        kit.update_ca_secret(kit.ca_next, new)
+        for role in self.live():
+            wait_for(f"{role}'s sidecar to export the new CA alone", lambda r=role: cert_count(
+                os.path.join(kit.export_dir(r), "ca.crt")) == 1, 120, interval=1)
+        wait_for("the balancer to reload the bundle",
+                 lambda: self.balancer_renewals() > before, 120, interval=1)
+        vip = topo.ip("vip")
+        new_ok = verifies_with(topo, "svc", vip, API_PORT, os.path.join(kit.ca_next, "ca.crt"))
+        old_ok = verifies_with(topo, "svc", vip, API_PORT, os.path.join(kit.ca, "ca.crt"))
+        alive = self.ctx.api.get("/v1/conductors?fields=hostname,alive", timeout=20)
+        n = sum(1 for c in alive["conductors"] if c["alive"])
+        self.rotation_step = 3
+        self.run.check("CA rotated (docs/operate.md, three steps, no restart)",
+                       new_ok and not old_ok and n >= 1,
+                       f"the VIP verifies with the new CA: {new_ok}, with the old: {old_ok}; "
+                       f"API through the balancer with the new CA alone: {n} conductors alive")
+
+    def balancer_renewals(self):
+        """ironic_proxy_certificate_renewals_total on the balancer's admin listener."""
+        topo = self.ctx.topo
+        p = subprocess.run(topo.wrap("svc", [
+            "curl", "-s", "--max-time", "5",
+            f"http://{topo.url_host('svc')}:9902/metrics"]), capture_output=True, text=True,
+            timeout=30)
+        total = 0.0
+        for line in p.stdout.splitlines():
+            if line.startswith("ironic_proxy_certificate_renewals_total"):
+                try:
+                    total += float(line.rsplit(" ", 1)[1])
+                except ValueError:
+                    pass
+        return total

@@ -1,0 +1,215 @@
+"""The hosts' lives, driven through the balancer the way baremetal-operator drives them:
+enrol with a chosen owner, manage, inspect (agent), provide (automated cleaning), deploy a
+whole-disk image with a config drive; and what the logs must show on the way (host A's PXE
+chain through the sidecars' boot routes, host B's virtual media fetched by the BMC from its
+owner's vmedia TLS listener)."""
+
+import os
+import re
+import shutil
+import uuid as uuidlib
+
+from ironic_proxy_testing.procs import Failure, wait_for
+
+from . import bmc, image, report
+
+CPS = ["cp1", "cp2", "cp3"]
+STEP = 1800  # seconds a provisioning step may take: QEMU under TCG on 2 shared cores
+DEPLOY = 1200  # seconds a deploy may take (a retry included: the ramdisk boots again)
+
+
+def enrol(api, name, host, bmc_url, bmc_auth, boot, uuid):
+    """As baremetal-operator registers a host (metal3-io/baremetal-operator at 02aa5059,
+    pkg/provisioner/ironic/register.go enrollNode: nodes.CreateOpts with the BMC access's
+    Driver, BootInterface, FirmwareInterface, RAIDInterface, the inspect interface `agent`
+    (inspectInterfaceForMode), the deploy interface, properties capabilities and cpu_arch;
+    driver_info from pkg/hardwareutils/bmc/redfish.go DriverInfo: redfish_address,
+    redfish_system_id, redfish_username, redfish_password; deploy_kernel and deploy_ramdisk
+    from pkg/provisioner/ironic/ironic.go setDeployImage when no deploy ISO is configured, so
+    that for virtual media Ironic builds the ISO itself).
+
+    boot: `ipxe` as for a `redfish://` BMC address (redfish.go BootInterface) or
+    `redfish-virtual-media` as for `redfish-virtualmedia://` (redfish_virtualmedia.go
+    BootInterface; Driver `redfish`, the same DriverInfo)."""
+    body = {"name": name, "uuid": uuid, "driver": "redfish", "boot_interface": boot,
+            "inspect_interface": "agent", "deploy_interface": "direct",
+            "firmware_interface": "redfish", "raid_interface": "redfish",
+            "driver_info": {"redfish_address": bmc_url,
+                            "redfish_system_id": f"/redfish/v1/Systems/{host.uuid}",
+                            "redfish_username": bmc_auth[0],
+                            "redfish_password": bmc_auth[1],
+                            "deploy_kernel": "file:///shared/html/images/"
+                                             "ironic-python-agent.kernel",
+                            "deploy_ramdisk": "file:///shared/html/images/"
+                                              "ironic-python-agent.initramfs"},
+            "properties": {"capabilities": "boot_mode:bios", "cpu_arch": "x86_64"}}
+    return api.call("POST", "/v1/nodes", json=body).json()["uuid"]
+
+
+def enrol_owned(api, name, host, bmc_url, bmc_auth, boot, allowed):
+    """Enrols a host with the first of a fixed series of node UUIDs whose owner on the hash
+    ring (the node's `conductor`) is in `allowed`: a node enrolled elsewhere is deleted and
+    enrolled again under the next UUID. Returns (uuid, conductor, tries)."""
+    for i in range(16):
+        u = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"e2e-provision/{name}/{i}"))
+        enrol(api, name, host, bmc_url, bmc_auth, boot, u)
+        conductor = api.get(f"/v1/nodes/{u}?fields=conductor")["conductor"]
+        if conductor.rsplit(":", 1)[0] in allowed:
+            # The boot MAC's port, PXE-enabled whatever the boot interface
+            # (register.go createPortsForNode: bootMACAddress -> true).
+            api.call("POST", "/v1/ports", json={"node_uuid": u, "address": host.mac,
+                                                "pxe_enabled": True})
+            return u, conductor, i + 1
+        api.call("DELETE", f"/v1/nodes/{u}")
+    raise Failure(f"{name}: no UUID of 16 hashes to one of {sorted(allowed)}")
+
+
+def provision(api, uuid, label, verb, want, body=None, timeout=STEP, stuck=None):
+    """PUT /v1/nodes/<uuid>/states/provision {target: verb}, then waits for `want` (failing at
+    once on a *failed state, or when stuck(node) names a reason)."""
+    api.call("PUT", f"/v1/nodes/{uuid}/states/provision", json={"target": verb, **(body or {})})
+    why = []
+
+    def done():
+        n = api.get(f"/v1/nodes/{uuid}?fields=provision_state,last_error,reservation",
+                    timeout=10)
+        state = n["provision_state"]
+        if state == want or state.endswith("failed") or state == "error":
+            return n
+        if stuck and stuck(n):
+            why.append(stuck(n))
+            return n
+        return None
+    # wait_for retries on exceptions: a failed state is returned, then raised here.
+    n = wait_for(f"{label} to reach {want}", done, timeout, interval=1)
+    if why:
+        raise Failure(f"{label}: {n['provision_state']}: {why[0]}")
+    if n["provision_state"] != want:
+        raise Failure(f"{label}: {n['provision_state']}: {n.get('last_error')}")
+
+
+VM_ADDRESS = re.compile(r"172\.22\.0\.1\d\d(?!\d)|fd2e:22::1\d\d(?![0-9a-f])")
+
+
+def vm_client(rec):
+    """Whether an access record's client is a VM (the DHCP range, .100-.199)."""
+    return bool(VM_ADDRESS.search(rec.get("client", "")))
+
+
+def pxe_chain(run, kit, owner, uuid, timeout):
+    """The PXE chain of a host, from the logs: boot.ipxe and the per-node config through a
+    sidecar's plain boot route (from the VM's DHCP address), then the deploy kernel from the
+    owning conductor's httpd."""
+    def seen():
+        recs = [r for c in CPS for r in report.parse(kit.log(c, "ironic-proxy"))]
+        boot = [r for r in recs if r.get("path") == "/boot.ipxe" and vm_client(r)
+                and r.get("status") == "200"]
+        conf = [r for r in recs if r.get("path", "").startswith("/pxelinux.cfg/")
+                and r.get("status") == "200"]
+        kernel = [ln for ln in open(kit.log(owner, "httpd"), errors="replace")
+                  if f"/{uuid}/deploy_kernel" in ln and '"status": 200' in ln]
+        return (boot, conf, kernel) if boot and conf and kernel else None
+    got = wait_for("the PXE chain (boot.ipxe, the node's config, the deploy kernel)", seen,
+                   timeout or 1, interval=2)
+    run.check("host-a: PXE chain through the sidecars", True,
+              f"boot.ipxe {len(got[0])}x, config {len(got[1])}x via the boot route; deploy "
+              f"kernel from {owner}'s httpd {len(got[2])}x")
+
+
+def vmedia_chain(run, kit, topo, owner, uuid):
+    """Host B's virtual media, from the logs: the ISO its owner built (under /redfish/),
+    fetched by sushy-tools (the BMC's address) from the owner's vmedia-tls listener, 200."""
+    recs = [r for r in report.parse(kit.log(owner, "ironic-proxy"))
+            if r.get("listener") == "vmedia-tls" and r.get("path", "").startswith("/redfish/")]
+    ok = [r for r in recs if r.get("status") == "200" and topo.ip("bmc") in r.get("client", "")
+          and uuid in r.get("path", "")]
+    elsewhere = [c for c in CPS if c != owner and any(
+        r.get("listener") == "vmedia-tls" for r in report.parse(kit.log(c, "ironic-proxy")))]
+    run.check("host-b: virtual media from its owner's sidecar over TLS", bool(ok),
+              f"{len(ok)} GET {ok[0]['path'] if ok else '-'} by the BMC "
+              f"({topo.ip('bmc')}) on {owner}'s vmedia-tls listener"
+              f"; statuses {sorted({r.get('status') for r in recs})}; on other nodes' "
+              f"vmedia-tls: {elsewhere or 'none'}")
+
+
+def publish_image(kit, label, tmp):
+    """The whole-disk image with its marker, on every node's httpd (/images/)."""
+    marker = f"E2E-PROVISION-MARKER {label}"
+    img = os.path.join(tmp, f"{label}.img")
+    size, digest = image.make(img, marker)
+    for role in CPS:
+        dst = os.path.join(kit.shared(role), "html", "images", f"{label}.img")
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(img, dst)
+        os.chmod(dst, 0o644)
+    return marker, img, size, digest
+
+
+def deploy(ctx, label, retry_if=None):
+    """As baremetal-operator provisions (pkg/provisioner/ironic/ironic.go Provision and
+    getInstanceUpdateOpts: instance_info image_source, image_os_hash_algo/value,
+    image_disk_format; the config drive with the target `active`): a whole-disk image that IPA
+    downloads from a conductor node's boot route (/images/* on the sidecar's plain API port,
+    the node's httpd behind it), on the node `ctx.image_role` (not host A's owner, which the
+    kill fault takes down). Then the disk's content and the deployed image's marker on the
+    serial console.
+
+    retry_if(): called when the deploy fails; if it says the failure is the fault's, the
+    deploy is retried once through the proxies."""
+    api, kit, run = ctx.api, ctx.kit, ctx.run
+    uuid, host = ctx.uuids[label], ctx.hosts[label]
+    marker, img, size, digest = publish_image(kit, label, ctx.tmp)
+    url = f"http://{kit.topo.url_host(ctx.image_role)}:6385/images/{label}.img"
+    api.call("PATCH", f"/v1/nodes/{uuid}", json=[
+        {"op": "add", "path": "/instance_info/image_source", "value": url},
+        {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+        {"op": "add", "path": "/instance_info/image_os_hash_value", "value": digest},
+        {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"}])
+    configdrive = {"meta_data": {"uuid": uuid, "name": label, "hostname": label},
+                   "user_data": f"#cloud-config\nhostname: {label}\n"}
+    body = {"configdrive": configdrive}
+    stuck = ctx.stuck.get(label)
+    try:
+        provision(api, uuid, label, "active", "active", body=body, timeout=DEPLOY,
+                  stuck=stuck)
+    except Failure as e:
+        if stuck and "never releases" in str(e):
+            raise
+        why = retry_if() if retry_if else None
+        if not why:
+            raise
+        run.check(f"{label}: deploy failed by Ironic's rule after the fault", True,
+                  f"{e}; {why}; retrying `active` through the proxies")
+        provision(api, uuid, label, "active", "active", body=body, timeout=DEPLOY)
+    n = api.get(f"/v1/nodes/{uuid}?fields=conductor,driver_internal_info")
+    agent = (n.get("driver_internal_info") or {}).get("agent_url", "-")
+    run.check(f"deployed {label}: active", True, f"owner {n['conductor']}, image {url} "
+              f"({size} B, sha256 {digest[:16]}), agent_url was {agent}")
+    seconds = bmc.wait_console(host, marker, 600)
+    run.check(f"{label} boots the deployed image from its disk", True,
+              f"marker {marker!r} on the serial console {seconds:.0f} s after active")
+    ok, detail = image.disk_matches(host.disk, img)
+    run.check(f"{label} disk holds the image", ok, detail)
+
+
+def lifecycle(ctx, label, until):
+    """manage (done at enrolment) -> inspect -> provide -> deploy, for one host."""
+    api, run, kit = ctx.api, ctx.run, ctx.kit
+    uuid = ctx.uuids[label]
+    provision(api, uuid, label, "inspect", "manageable")
+    if ctx.boot[label] == "ipxe":
+        pxe_chain(run, kit, ctx.owners[label], uuid, 0)
+    else:
+        vmedia_chain(run, kit, kit.topo, ctx.owners[label], uuid)
+    inv = api.get(f"/v1/nodes/{uuid}/inventory", expect=(200,))
+    run.check(f"inspected {label}", True,
+              f"{len(inv['inventory'].get('interfaces', []))} interfaces, "
+              f"{len(inv['inventory'].get('disks', []))} disks, memory "
+              f"{inv['inventory'].get('memory', {}).get('physical_mb')} MB")
+    if until == "inspected":
+        return
+    provision(api, uuid, label, "provide", "available")
+    run.check(f"cleaned {label} (provide: metadata erase)", True)
+    if until == "available":
+        return
+    deploy(ctx, label, retry_if=ctx.retry_if.get(label))
