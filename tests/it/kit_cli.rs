@@ -735,12 +735,24 @@ fn kit_check_names_what_the_statefulset_layout_lacks() {
         &pods,
     );
     only_failure(&report, "vip.pods");
-    // components/dhcp does not belong here; its host-network dnsmasq brings the node facts'
-    // checks back (the site does not set them).
+    // components/dhcp does not belong here; its host-network dnsmasq brings the node
+    // addresses' check back (the site does not set them).
     let (_, report) = kit_check_statefulset(STS_SITE, &["dhcp"], "metal3.svc", &pods);
-    assert_eq!(
-        failed(&report),
-        ["nodes.ca", "nodes.peer_cidrs", "dhcp.layout"],
+    assert_eq!(failed(&report), ["nodes.ca", "dhcp.layout"], "{report}");
+    // components/balancer runs on the host network too: the nodes' addresses are asked for,
+    // and pass when given inside the CA.
+    // (No nodes.peer_cidrs: no conductor runs on a node's address.)
+    let (_, report) = kit_check_statefulset(STS_SITE, &["balancer"], "metal3.svc", &pods);
+    let line = only_failure(&report, "nodes.ca");
+    assert!(
+        line.contains("IRONIC_PROXY_NODE_ADDRESSES is not set"),
+        "{line}"
+    );
+    let with_nodes = format!("{STS_SITE}  IRONIC_PROXY_NODE_ADDRESSES: \"192.168.111.21\"\n");
+    let (code, report) = kit_check_statefulset(&with_nodes, &["balancer"], "metal3.svc", &pods);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("PASS namespace.psa: Namespace metal3 has"),
         "{report}"
     );
 }

@@ -53,8 +53,9 @@ fn list(ips: &[IpAddr]) -> String {
         .join(", ")
 }
 
-/// `nodes.ca`, `nodes.peer_cidrs` (when a workload uses the host network, or no pod-network
-/// StatefulSet is there), `pods.ca` (the pod-network layout), `vip.ca`, `vip.nodes`, `vip.pods`.
+/// `nodes.ca` (when a workload uses the host network, or no pod-network StatefulSet is there),
+/// `nodes.peer_cidrs` (conductors on the host network: no pod-network StatefulSet), `pods.ca`
+/// (the pod-network layout), `vip.ca`, `vip.nodes`, `vip.pods`.
 /// `ca` is `None` when the CA could not be read (its own line says why).
 pub(super) fn addresses(
     site: &BTreeMap<String, String>,
@@ -66,6 +67,9 @@ pub(super) fn addresses(
         out.push(pods(site, ca));
     }
     let host = layout.host_network || layout.pods.is_none();
+    // The conductors are on the nodes' addresses, so those must be JSON-RPC peers; with the
+    // pod-network StatefulSet a host-network workload (the balancer, dnsmasq) is no peer.
+    let conductors_on_nodes = layout.pods.is_none();
     let unset = format!("set {NODE_ADDRESSES} in {SITE_CONFIGMAP}: the control-plane nodes' addresses, comma-separated");
     let node_fact = if host {
         fact(site, NODE_ADDRESSES)
@@ -77,13 +81,17 @@ pub(super) fn addresses(
         Some(Ok(n)) => Some(n),
         Some(Err(e)) => {
             out.push(Line::fail("nodes.ca", e.clone(), unset.clone()));
-            out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            if conductors_on_nodes {
+                out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            }
             None
         }
         None => {
             let e = format!("{NODE_ADDRESSES} is not set");
             out.push(Line::fail("nodes.ca", e.clone(), unset.clone()));
-            out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            if conductors_on_nodes {
+                out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            }
             None
         }
     };
@@ -136,7 +144,7 @@ pub(super) fn addresses(
             ),
         });
         let cidrs = fact(site, PEER_CIDRS).map(|v| facts::networks(PEER_CIDRS, v));
-        out.push(match cidrs {
+        let peers = match cidrs {
             None => Line::fail(
                 "nodes.peer_cidrs",
                 format!("{PEER_CIDRS} is not set"),
@@ -170,7 +178,10 @@ pub(super) fn addresses(
                     )
                 }
             }
-        });
+        };
+        if conductors_on_nodes {
+            out.push(peers);
+        }
     }
     if fact(site, API_VIPS).is_some() && !vips.is_empty() {
         out.push(match outside(&vips) {
