@@ -13,7 +13,7 @@ ROOT = os.environ.get("CHECK_DOCS_ROOT") or os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 BIN = os.environ.get("IRONIC_PROXY_BIN", os.path.join(ROOT, "target", "debug", "ironic-proxy"))
-VARIANTS = ("standalone", "openshift")
+VARIANTS = ("standalone", "openshift", "statefulset")
 PROFILES = ("sidecar", "sidecar-openshift", "balancer")
 # Named by the fourth milestone's contract (docs name them) and built on other branches: a flag
 # or subcommand listed here may be missing from --help. Once --help has it, this check fails

@@ -145,6 +145,18 @@ impl NameConstraints {
             }
         }
     }
+
+    /// Whether every address of `net` is accepted: inside one permitted IP subtree (when there
+    /// are any) and overlapping no excluded one. A network covered only by the union of two
+    /// permitted subtrees counts as not covered (`kit check` asks for one `--permit-ip` that
+    /// holds the pod network).
+    pub(crate) fn permits_network(&self, net: &IpNet) -> bool {
+        let overlaps = |a: &IpNet, b: &IpNet| a.contains(&b.network()) || b.contains(&a.network());
+        let excluded = self.excluded.ip.iter().any(|e| overlaps(e, net));
+        let permitted =
+            self.permitted.ip.is_empty() || self.permitted.ip.iter().any(|p| p.contains(net));
+        !excluded && permitted
+    }
 }
 
 impl fmt::Display for NameConstraints {

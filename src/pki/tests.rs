@@ -524,3 +524,25 @@ fn permit_dns_suffixes_follow_webpki_constraint_syntax() {
         );
     }
 }
+
+#[test]
+fn a_network_is_permitted_only_whole() {
+    let c = NameConstraints::permitting(
+        &["metal3.svc".to_owned()],
+        &[
+            "10.244.0.0/16".parse().unwrap(),
+            "10.245.0.0/16".parse().unwrap(),
+        ],
+    )
+    .unwrap();
+    assert!(c.permits_network(&"10.244.0.0/16".parse().unwrap()));
+    assert!(c.permits_network(&"10.244.3.0/24".parse().unwrap()));
+    // Half outside, or only inside the union of two subtrees.
+    assert!(!c.permits_network(&"10.244.0.0/15".parse().unwrap()));
+    assert!(!c.permits_network(&"10.0.0.0/8".parse().unwrap()));
+    // IPv4 subtrees hold no IPv6 network; `permitting` with no IP at all excludes every address.
+    assert!(!c.permits_network(&"fd00::/64".parse().unwrap()));
+    let dns_only = NameConstraints::permitting(&["metal3.svc".to_owned()], &[]).unwrap();
+    assert!(!dns_only.permits_network(&"10.244.0.0/16".parse().unwrap()));
+    assert!(NameConstraints::default().permits_network(&"10.244.0.0/16".parse().unwrap()));
+}

@@ -490,6 +490,7 @@ fn kit_check_passes_a_correct_overlay_on_the_kit() {
         "nodes.peer_cidrs",
         "vip.ca",
         "vip.nodes",
+        "names.ca",
         "dhcp.ranges",
         "dhcp.overlap",
         "host_ports",
@@ -501,7 +502,7 @@ fn kit_check_passes_a_correct_overlay_on_the_kit() {
             "{check}: {report}"
         );
     }
-    assert!(report.ends_with("11 checks, 0 failed\n"), "{report}");
+    assert!(report.ends_with("12 checks, 0 failed\n"), "{report}");
 }
 
 #[test]
@@ -599,4 +600,159 @@ fn kit_check_finds_a_host_port_claimed_twice() {
         ..GOOD
     });
     assert_eq!(code, Some(0), "{report}");
+}
+
+/// An overlay of statefulset/ (the pod-network layout): `site` patches the site ConfigMap's
+/// data (YAML lines), `components` are added, the CA permits `permit_dns` and `permit_ip`.
+/// (exit code, stdout).
+fn kit_check_statefulset(
+    site: &str,
+    components: &[&str],
+    permit_dns: &str,
+    permit_ip: &[&str],
+) -> (Option<i32>, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = tmp.path().join("ca");
+    let mut args = vec!["ca", "init", "--out", s(&ca), "--permit-dns", permit_dns];
+    for ip in permit_ip {
+        args.extend(["--permit-ip", ip]);
+    }
+    ok(&ironic_proxy(&args));
+    let dir = tmp.path().join("site");
+    fs::create_dir_all(&dir).unwrap();
+    let k8s = concat!(env!("CARGO_MANIFEST_DIR"), "/config/k8s");
+    let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let components: String = components
+        .iter()
+        .map(|c| format!("  - {k8s}/components/{c}\n"))
+        .collect();
+    fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             namespace: metal3\nresources:\n  - {k8s}/statefulset\ncomponents:\n{components}\
+             patches:\n  - path: site.yaml\nimages:\n  - name: ironic-proxy\n    \
+             newName: registry.example/ironic-proxy\n    digest: {}\n  \
+             - name: quay.io/metal3-io/ironic\n    digest: {}\n",
+            digest('1'),
+            digest('2')
+        ),
+    )
+    .unwrap();
+    fs::write(
+        dir.join("site.yaml"),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ironic-proxy-site\ndata:\n{site}"
+        ),
+    )
+    .unwrap();
+    let out = ironic_proxy(&["kit", "check", "--site", s(&dir), "--ca-dir", s(&ca)]);
+    (out.status.code(), text(&out.stdout))
+}
+
+const STS_SITE: &str = "  IRONIC_PROXY_PEER_CIDRS: \"10.244.0.0/16\"\n  \
+                        IRONIC_PROXY_API_VIPS: \"192.168.111.4\"\n";
+
+#[test]
+fn kit_check_knows_the_statefulset_layout() {
+    // The pod network and the LoadBalancer address inside the CA, the Service's names under
+    // --permit-dns; no node address, no DHCP range, and the Namespace's level is not
+    // `privileged`'s business: nothing runs on the host network.
+    let (code, report) = kit_check_statefulset(
+        STS_SITE,
+        &["database", "deploy-ramdisk"],
+        "ironic.metal3.svc",
+        &["10.244.0.0/16", "192.168.111.4/32"],
+    );
+    assert_eq!(code, Some(0), "{report}");
+    for check in [
+        "site",
+        "ca",
+        "pods.ca",
+        "vip.ca",
+        "vip.pods",
+        "names.ca",
+        "dhcp.layout",
+        "host_ports",
+        "namespace.psa",
+        "images.digest",
+    ] {
+        assert!(
+            report.contains(&format!("PASS {check}: ")),
+            "{check}: {report}"
+        );
+    }
+    for absent in ["nodes.ca", "nodes.peer_cidrs", "vip.nodes", "dhcp.ranges"] {
+        assert!(!report.contains(absent), "{absent}: {report}");
+    }
+    assert!(
+        report.contains(
+            "PASS names.ca: ironic.metal3.svc, ironic-0.ironic.metal3.svc, \
+             ironic-1.ironic.metal3.svc, ironic-2.ironic.metal3.svc inside"
+        ),
+        "{report}"
+    );
+    assert!(report.ends_with("10 checks, 0 failed\n"), "{report}");
+}
+
+#[test]
+fn kit_check_names_what_the_statefulset_layout_lacks() {
+    let pods = ["10.244.0.0/16", "192.168.111.0/24"];
+    // A CA without the pod network, or with only half of it.
+    let (code, report) = kit_check_statefulset(
+        STS_SITE,
+        &[],
+        "metal3.svc",
+        &["10.244.0.0/17", "192.168.111.0/24"],
+    );
+    assert_eq!(code, Some(1), "{report}");
+    let line = only_failure(&report, "pods.ca");
+    assert!(
+        line.contains("10.244.0.0/16 (IRONIC_PROXY_PEER_CIDRS) not inside one --permit-ip"),
+        "{line}"
+    );
+    // The names under another subdomain than the Service's.
+    let (_, report) = kit_check_statefulset(STS_SITE, &[], "other.svc", &pods);
+    let line = only_failure(&report, "names.ca");
+    assert!(
+        line.contains("ironic.metal3.svc, ironic-0.ironic.metal3.svc, ironic-1.ironic.metal3.svc"),
+        "{line}"
+    );
+    assert!(line.contains("--permit-dns metal3.svc"), "{line}");
+    // No LoadBalancer address, or one from the pod network.
+    let (_, report) = kit_check_statefulset(
+        "  IRONIC_PROXY_PEER_CIDRS: \"10.244.0.0/16\"\n  IRONIC_PROXY_API_VIPS: \"\"\n",
+        &[],
+        "metal3.svc",
+        &pods,
+    );
+    let line = only_failure(&report, "vip.ca");
+    assert!(line.contains("IRONIC_PROXY_API_VIPS is not set"), "{line}");
+    let (_, report) = kit_check_statefulset(
+        "  IRONIC_PROXY_PEER_CIDRS: \"10.244.0.0/16\"\n  IRONIC_PROXY_API_VIPS: \"10.244.9.9\"\n",
+        &[],
+        "metal3.svc",
+        &pods,
+    );
+    only_failure(&report, "vip.pods");
+    // components/dhcp does not belong here; its host-network dnsmasq brings the node
+    // addresses' check back (the site does not set them).
+    let (_, report) = kit_check_statefulset(STS_SITE, &["dhcp"], "metal3.svc", &pods);
+    assert_eq!(failed(&report), ["nodes.ca", "dhcp.layout"], "{report}");
+    // components/balancer runs on the host network too: the nodes' addresses are asked for,
+    // and pass when given inside the CA.
+    // (No nodes.peer_cidrs: no conductor runs on a node's address.)
+    let (_, report) = kit_check_statefulset(STS_SITE, &["balancer"], "metal3.svc", &pods);
+    let line = only_failure(&report, "nodes.ca");
+    assert!(
+        line.contains("IRONIC_PROXY_NODE_ADDRESSES is not set"),
+        "{line}"
+    );
+    let with_nodes = format!("{STS_SITE}  IRONIC_PROXY_NODE_ADDRESSES: \"192.168.111.21\"\n");
+    let (code, report) = kit_check_statefulset(&with_nodes, &["balancer"], "metal3.svc", &pods);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("PASS namespace.psa: Namespace metal3 has"),
+        "{report}"
+    );
 }

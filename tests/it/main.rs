@@ -53,6 +53,7 @@ mod sidecar_mtls;
 mod sidecar_parking;
 mod sidecar_reload;
 mod sidecar_vip;
+mod statefulset_vmedia;
 mod stop_sequence;
 mod tls_policy;
 mod trust_change;

@@ -140,10 +140,12 @@ pub fn check(args: &CheckArgs) -> Report {
         ),
     });
     let ca = ca.ok();
-    lines.extend(rules::addresses(&o.site, ca.as_ref()));
-    lines.extend(rules::dhcp(&o.site));
+    let layout = objects::layout(&o);
+    lines.extend(rules::addresses(&o.site, ca.as_ref(), &layout));
+    lines.push(rules::names(&o, ca.as_ref(), &layout));
+    lines.extend(rules::dhcp(&o.site, &layout));
     lines.push(objects::host_ports(&o));
-    lines.push(objects::namespace(&o));
+    lines.push(objects::namespace(&o, &layout));
     lines.push(objects::digests(&o));
     Report { lines }
 }

@@ -10,6 +10,41 @@ use super::Line;
 /// dnsmasq NET_ADMIN), which only the `privileged` level admits.
 const PSA_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 
+/// Where the overlay's pods run, as its workloads say: what decides which site facts the
+/// checks ask for.
+#[derive(Debug, Default)]
+pub(super) struct Layout {
+    /// Some workload uses the host network (the DaemonSet variants, dnsmasq, a balancer): the
+    /// nodes' addresses matter.
+    pub(super) host_network: bool,
+    /// The pod names of the StatefulSet `ironic` off the host network (statefulset/): Ironic on
+    /// the pod network, behind a LoadBalancer, virtual media only.
+    pub(super) pods: Option<Vec<String>>,
+    /// components/dhcp's dnsmasq is in the overlay.
+    pub(super) dnsmasq: bool,
+}
+
+/// The StatefulSet of statefulset/ (its name: the pods' names start with it).
+const STATEFULSET: &str = "ironic";
+
+pub(super) fn layout(o: &Overlay) -> Layout {
+    let pods = o
+        .workloads
+        .get(&format!("StatefulSet/{STATEFULSET}"))
+        .filter(|w| !w.host_network)
+        .map(|w| {
+            // Kubernetes' default is 1 replica.
+            (0..w.replicas.unwrap_or(1))
+                .map(|i| format!("{STATEFULSET}-{i}"))
+                .collect()
+        });
+    Layout {
+        host_network: o.workloads.values().any(|w| w.host_network),
+        pods,
+        dnsmasq: o.workloads.contains_key("Deployment/ironic-dnsmasq"),
+    }
+}
+
 /// `host_ports`: no port claimed on a node's network by two containers.
 pub(super) fn host_ports(o: &Overlay) -> Line {
     let mut claims: BTreeMap<(u16, &str), Vec<String>> = BTreeMap::new();
@@ -46,8 +81,11 @@ pub(super) fn host_ports(o: &Overlay) -> Line {
     }
 }
 
-/// `namespace.psa`: the namespace's Pod Security label admits the kit's pods.
-pub(super) fn namespace(o: &Overlay) -> Line {
+/// `namespace.psa`: the namespace's Pod Security label admits the kit's pods. Only host-network
+/// pods need `privileged`; the pod-network layout's pods (non-root, no privilege escalation, no
+/// capability, the runtime's seccomp profile, Secret, ConfigMap and emptyDir volumes) need
+/// nothing the `restricted` level refuses.
+pub(super) fn namespace(o: &Overlay, layout: &Layout) -> Line {
     let Some(ns) = &o.namespace else {
         return Line::fail(
             "namespace.psa",
@@ -59,6 +97,20 @@ pub(super) fn namespace(o: &Overlay) -> Line {
         "add to the overlay a Namespace {ns} labelled {PSA_ENFORCE}: privileged (the kit's pods \
          use the host network, dnsmasq NET_ADMIN)"
     );
+    if !layout.host_network {
+        let level = o
+            .namespaces
+            .get(ns)
+            .and_then(|l| l.get(PSA_ENFORCE))
+            .map_or("(no label: the cluster's default)", String::as_str);
+        return Line::pass(
+            "namespace.psa",
+            format!(
+                "Namespace {ns} {PSA_ENFORCE}: {level}; no workload uses the host network, and \
+                 the pod-network layout's pods ask for no privilege"
+            ),
+        );
+    }
     match o.namespaces.get(ns).map(|l| l.get(PSA_ENFORCE)) {
         None => Line::fail(
             "namespace.psa",

@@ -47,6 +47,8 @@ pub(super) struct Container {
 #[derive(Debug, Default)]
 pub(super) struct Workload {
     pub(super) host_network: bool,
+    /// A StatefulSet's `replicas` (its pods are `<name>-0` ... `<name>-<replicas - 1>`).
+    pub(super) replicas: Option<u32>,
     /// By name (init containers included: the kit's sidecar is one).
     pub(super) containers: BTreeMap<String, Container>,
     /// The names of `containers` and of `initContainers`, in their order: a JSON 6902 patch
@@ -340,7 +342,13 @@ fn object(d: &Yaml, o: &mut Overlay) {
             }
         }
         "DaemonSet" | "Deployment" | "StatefulSet" | "Job" => {
-            workload(&d["spec"]["template"]["spec"], &format!("{kind}/{name}"), o);
+            let key = format!("{kind}/{name}");
+            workload(&d["spec"]["template"]["spec"], &key, o);
+            if let Some(n) = d["spec"]["replicas"].as_i64() {
+                if let (Some(w), Ok(n)) = (o.workloads.get_mut(&key), u32::try_from(n)) {
+                    w.replicas = Some(n);
+                }
+            }
         }
         "CronJob" => workload(
             &d["spec"]["jobTemplate"]["spec"]["template"]["spec"],

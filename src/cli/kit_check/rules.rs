@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use super::facts::{self, Item, API_VIPS, DHCP_RANGE, NODE_ADDRESSES, PEER_CIDRS};
+use super::objects::Layout;
 use super::overlay::{Overlay, SITE_CONFIGMAP};
 use super::Line;
 use crate::pki::{NameConstraints, San};
@@ -52,25 +53,45 @@ fn list(ips: &[IpAddr]) -> String {
         .join(", ")
 }
 
-/// `nodes.ca`, `nodes.peer_cidrs`, `vip.ca`, `vip.nodes`. `ca` is `None` when the CA could not
-/// be read (its own line says why).
+/// `nodes.ca` (when a workload uses the host network, or no pod-network StatefulSet is there),
+/// `nodes.peer_cidrs` (conductors on the host network: no pod-network StatefulSet), `pods.ca`
+/// (the pod-network layout), `vip.ca`, `vip.nodes`, `vip.pods`.
+/// `ca` is `None` when the CA could not be read (its own line says why).
 pub(super) fn addresses(
     site: &BTreeMap<String, String>,
     ca: Option<&Option<NameConstraints>>,
+    layout: &Layout,
 ) -> Vec<Line> {
     let mut out = Vec::new();
+    if layout.pods.is_some() {
+        out.push(pods(site, ca));
+    }
+    let host = layout.host_network || layout.pods.is_none();
+    // The conductors are on the nodes' addresses, so those must be JSON-RPC peers; with the
+    // pod-network StatefulSet a host-network workload (the balancer, dnsmasq) is no peer.
+    let conductors_on_nodes = layout.pods.is_none();
     let unset = format!("set {NODE_ADDRESSES} in {SITE_CONFIGMAP}: the control-plane nodes' addresses, comma-separated");
-    let nodes = match fact(site, NODE_ADDRESSES).map(|v| facts::addresses(NODE_ADDRESSES, v)) {
+    let node_fact = if host {
+        fact(site, NODE_ADDRESSES)
+    } else {
+        // Pod network only: no pod has a node's address, so the fact is not asked for.
+        Some("")
+    };
+    let nodes = match node_fact.map(|v| facts::addresses(NODE_ADDRESSES, v)) {
         Some(Ok(n)) => Some(n),
         Some(Err(e)) => {
             out.push(Line::fail("nodes.ca", e.clone(), unset.clone()));
-            out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            if conductors_on_nodes {
+                out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            }
             None
         }
         None => {
             let e = format!("{NODE_ADDRESSES} is not set");
             out.push(Line::fail("nodes.ca", e.clone(), unset.clone()));
-            out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            if conductors_on_nodes {
+                out.push(Line::fail("nodes.peer_cidrs", e, unset));
+            }
             None
         }
     };
@@ -100,7 +121,7 @@ pub(super) fn addresses(
         Some(Some(c)) => format!("({c})"),
         _ => "(the CA has no name constraints)".to_owned(),
     };
-    if let Some(nodes) = &nodes {
+    if let Some(nodes) = nodes.as_ref().filter(|_| host) {
         out.push(match outside(nodes) {
             Err(e) => Line::fail("nodes.ca", e, "fix the ca line first"),
             Ok(bad) if bad.is_empty() => Line::pass(
@@ -123,7 +144,7 @@ pub(super) fn addresses(
             ),
         });
         let cidrs = fact(site, PEER_CIDRS).map(|v| facts::networks(PEER_CIDRS, v));
-        out.push(match cidrs {
+        let peers = match cidrs {
             None => Line::fail(
                 "nodes.peer_cidrs",
                 format!("{PEER_CIDRS} is not set"),
@@ -157,7 +178,10 @@ pub(super) fn addresses(
                     )
                 }
             }
-        });
+        };
+        if conductors_on_nodes {
+            out.push(peers);
+        }
     }
     if fact(site, API_VIPS).is_some() && !vips.is_empty() {
         out.push(match outside(&vips) {
@@ -181,20 +205,58 @@ pub(super) fn addresses(
                 ca_fix,
             ),
         });
-        let taken: Vec<IpAddr> = vips
-            .iter()
-            .copied()
-            .filter(|v| nodes.as_ref().is_some_and(|n| n.contains(v)))
-            .collect();
-        out.push(if taken.is_empty() {
-            Line::pass("vip.nodes", "the VIP is no node's own address")
-        } else {
-            Line::fail(
-                "vip.nodes",
-                format!("{} is both a VIP and a node's address", list(&taken)),
-                "pick a free address in the nodes' network for the VIP",
-            )
-        });
+        if host {
+            let taken: Vec<IpAddr> = vips
+                .iter()
+                .copied()
+                .filter(|v| nodes.as_ref().is_some_and(|n| n.contains(v)))
+                .collect();
+            out.push(if taken.is_empty() {
+                Line::pass("vip.nodes", "the VIP is no node's own address")
+            } else {
+                Line::fail(
+                    "vip.nodes",
+                    format!("{} is both a VIP and a node's address", list(&taken)),
+                    "pick a free address in the nodes' network for the VIP",
+                )
+            });
+        }
+        if layout.pods.is_some() {
+            let nets = fact(site, PEER_CIDRS)
+                .and_then(|v| facts::networks(PEER_CIDRS, v).ok())
+                .unwrap_or_default();
+            let inside: Vec<IpAddr> = vips
+                .iter()
+                .copied()
+                .filter(|v| nets.iter().any(|n| n.contains(v)))
+                .collect();
+            out.push(if inside.is_empty() {
+                Line::pass(
+                    "vip.pods",
+                    format!("the LoadBalancer address is outside the pod network ({PEER_CIDRS})"),
+                )
+            } else {
+                Line::fail(
+                    "vip.pods",
+                    format!(
+                        "{} ({API_VIPS}) is inside the pod network ({PEER_CIDRS}): BMCs and \
+                         hosts reach the Ironic pods only through the LoadBalancer's address, \
+                         which must be on a network they route to, not a pod's",
+                        list(&inside)
+                    ),
+                    "set IRONIC_PROXY_API_VIPS to the address your LoadBalancer implementation \
+                     gives the Service ironic-vip, on the network the BMCs reach",
+                )
+            });
+        }
+    } else if fact(site, API_VIPS).is_none() && layout.pods.is_some() {
+        out.push(Line::fail(
+            "vip.ca",
+            format!("{API_VIPS} is not set"),
+            "set IRONIC_PROXY_API_VIPS to the LoadBalancer address of the Service ironic-vip: \
+             Ironic's callback and virtual-media URLs name it, and every sidecar's certificate \
+             carries it",
+        ));
     } else if fact(site, API_VIPS).is_none() {
         out.push(Line::pass(
             "vip.ca",
@@ -204,9 +266,162 @@ pub(super) fn addresses(
     out
 }
 
+/// `pods.ca`: the pod network (`IRONIC_PROXY_PEER_CIDRS`), where every Ironic pod's address
+/// and so its sidecar's IP SAN comes from, is inside the CA's constraints, whole.
+fn pods(site: &BTreeMap<String, String>, ca: Option<&Option<NameConstraints>>) -> Line {
+    let nets = match fact(site, PEER_CIDRS).map(|v| facts::networks(PEER_CIDRS, v)) {
+        None => {
+            return Line::fail(
+                "pods.ca",
+                format!("{PEER_CIDRS} is not set"),
+                format!("set {PEER_CIDRS} to the cluster's pod network(s), comma-separated"),
+            )
+        }
+        Some(Err(e)) => {
+            return Line::fail(
+                "pods.ca",
+                e,
+                format!("{PEER_CIDRS}: the pod network(s), CIDRs, comma-separated"),
+            )
+        }
+        Some(Ok(n)) => n,
+    };
+    let shown = |n: &[ipnet::IpNet]| {
+        n.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match ca {
+        None => Line::fail(
+            "pods.ca",
+            "the CA could not be read (the ca line)",
+            "fix the ca line first",
+        ),
+        Some(None) => Line::pass(
+            "pods.ca",
+            format!(
+                "pod network {} ({PEER_CIDRS}); the CA has no name constraints",
+                shown(&nets)
+            ),
+        ),
+        Some(Some(c)) => {
+            let bad: Vec<ipnet::IpNet> = nets
+                .iter()
+                .copied()
+                .filter(|n| !c.permits_network(n))
+                .collect();
+            if bad.is_empty() {
+                Line::pass(
+                    "pods.ca",
+                    format!(
+                        "pod network {} ({PEER_CIDRS}) inside the CA's name constraints ({c})",
+                        shown(&nets)
+                    ),
+                )
+            } else {
+                Line::fail(
+                    "pods.ca",
+                    format!(
+                        "{} ({PEER_CIDRS}) not inside one --permit-ip of the CA ({c}): a pod \
+                         given an address outside it cannot get a certificate",
+                        shown(&bad)
+                    ),
+                    "create a CA with `ca init --permit-ip` covering the whole pod network \
+                     (the CNI's pod CIDR) and roll it out, or correct IRONIC_PROXY_PEER_CIDRS",
+                )
+            }
+        }
+    }
+}
+
+/// `names.ca`: the DNS names every sidecar's certificate carries (the sidecar profile's
+/// `<pod>.<service>.<namespace>.svc` and `<service>.<namespace>.svc`) are inside the CA's
+/// constraints. The pod-network layout's pods are named `<statefulset>-<ordinal>`, each
+/// checked; a DaemonSet's pod names are random, so one under the Service's subdomain stands
+/// for them.
+pub(super) fn names(o: &Overlay, ca: Option<&Option<NameConstraints>>, layout: &Layout) -> Line {
+    let Some(ns) = &o.namespace else {
+        return Line::fail(
+            "names.ca",
+            "the overlay sets no namespace: the sidecars' names <pod>.<service>.<namespace>.svc \
+             are not known",
+            "set `namespace:` in the overlay's kustomization.yaml",
+        );
+    };
+    let service = fact(&o.site, "IRONIC_PROXY_SERVICE").unwrap_or("ironic");
+    let sub = format!("{service}.{ns}.svc");
+    let mut names = vec![sub.clone()];
+    match &layout.pods {
+        Some(pods) => names.extend(pods.iter().map(|p| format!("{p}.{sub}"))),
+        None => names.push(format!("ironic-x7k2p.{sub}")),
+    }
+    let fix = format!(
+        "create a CA whose `ca init --permit-dns` covers {sub} (e.g. --permit-dns {ns}.svc) \
+         and roll it out"
+    );
+    match ca {
+        None => Line::fail(
+            "names.ca",
+            "the CA could not be read (the ca line)",
+            "fix the ca line first",
+        ),
+        Some(None) => Line::pass(
+            "names.ca",
+            format!("{}: the CA has no name constraints", names.join(", ")),
+        ),
+        Some(Some(c)) => {
+            let bad: Vec<&String> = names
+                .iter()
+                .filter(|n| !c.permits(&San::Dns((*n).clone())))
+                .collect();
+            if bad.is_empty() {
+                Line::pass(
+                    "names.ca",
+                    format!(
+                        "{} inside the CA's name constraints ({c})",
+                        names.join(", ")
+                    ),
+                )
+            } else {
+                Line::fail(
+                    "names.ca",
+                    format!(
+                        "{} outside the CA's name constraints ({c}): the sidecars refuse to \
+                         start with them in their certificate",
+                        bad.iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    fix,
+                )
+            }
+        }
+    }
+}
+
 /// `dhcp.ranges` (inside the provisioning networks) and `dhcp.overlap` (no node address or VIP
-/// inside a range).
-pub(super) fn dhcp(site: &BTreeMap<String, String>) -> Vec<Line> {
+/// inside a range); in the pod-network layout `dhcp.layout` instead: no dnsmasq, virtual media
+/// only.
+pub(super) fn dhcp(site: &BTreeMap<String, String>, layout: &Layout) -> Vec<Line> {
+    if layout.pods.is_some() {
+        return vec![if layout.dnsmasq {
+            Line::fail(
+                "dhcp.layout",
+                "components/dhcp is in an overlay of statefulset/: its dnsmasq would hand out \
+                 boot URLs on a node's address, where no Ironic pod of this layout listens",
+                "remove components/dhcp (and boot-files) from the overlay: statefulset/ is \
+                 virtual media only; for DHCP and PXE use standalone/ (docs/install.md, \
+                 \"Choose a layout\")",
+            )
+        } else {
+            Line::pass(
+                "dhcp.layout",
+                format!("pod network, virtual media only: no dnsmasq ({DHCP_RANGE} is not read)"),
+            )
+        }];
+    }
     let Some(value) = fact(site, DHCP_RANGE) else {
         let none = format!("no {DHCP_RANGE}: no DHCP server is configured");
         return vec![
@@ -351,7 +566,7 @@ mod tests {
             (PEER_CIDRS, "10.0.0.0/24,fd00::/64"),
             (API_VIPS, "fd00::1"),
         ]);
-        let lines = addresses(&s, Some(&None));
+        let lines = addresses(&s, Some(&None), &Layout::default());
         assert_eq!(
             verdicts(&lines),
             [
@@ -362,7 +577,7 @@ mod tests {
             ]
         );
         // Unset node addresses: both node checks fail naming the fact; no VIP passes.
-        let lines = addresses(&site(&[]), Some(&None));
+        let lines = addresses(&site(&[]), Some(&None), &Layout::default());
         assert_eq!(
             verdicts(&lines),
             [
@@ -373,7 +588,7 @@ mod tests {
         );
         assert_eq!(lines[0].detail, "IRONIC_PROXY_NODE_ADDRESSES is not set");
         // An unreadable CA: the node check says so instead of guessing.
-        let lines = addresses(&s, None);
+        let lines = addresses(&s, None, &Layout::default());
         assert!(
             lines[0].detail.contains("the CA could not be read"),
             "{lines:?}"
@@ -382,12 +597,15 @@ mod tests {
 
     #[test]
     fn dhcp_needs_its_network_and_is_optional() {
-        let none = dhcp(&site(&[]));
+        let none = dhcp(&site(&[]), &Layout::default());
         assert_eq!(
             verdicts(&none),
             [("dhcp.ranges", true), ("dhcp.overlap", true)]
         );
-        let lines = dhcp(&site(&[(DHCP_RANGE, "172.22.0.10,172.22.0.100")]));
+        let lines = dhcp(
+            &site(&[(DHCP_RANGE, "172.22.0.10,172.22.0.100")]),
+            &Layout::default(),
+        );
         assert_eq!(
             verdicts(&lines),
             [("dhcp.ranges", false), ("dhcp.overlap", true)]
@@ -395,11 +613,14 @@ mod tests {
         assert!(lines[0]
             .detail
             .contains("IRONIC_PROXY_PROVISIONING_CIDRS is not"));
-        let lines = dhcp(&site(&[
-            (DHCP_RANGE, "fd2e::10,fd2e::ff;::,constructor:eth0"),
-            (facts::PROVISIONING_CIDRS, "fd2e::/64"),
-            (API_VIPS, "fd2e::20"),
-        ]));
+        let lines = dhcp(
+            &site(&[
+                (DHCP_RANGE, "fd2e::10,fd2e::ff;::,constructor:eth0"),
+                (facts::PROVISIONING_CIDRS, "fd2e::/64"),
+                (API_VIPS, "fd2e::20"),
+            ]),
+            &Layout::default(),
+        );
         assert_eq!(
             verdicts(&lines),
             [("dhcp.ranges", true), ("dhcp.overlap", false)]
