@@ -141,7 +141,7 @@ class Scale:
                 f"sidecar {inst.ip}",
                 [self.bin, "--log-format", "json", "run", "--config", inst.sidecar_conf],
                 inst.sidecar_log,
-                env=self.clean_env(RUST_LOG="info"),
+                env=self.proxy_env(),
             )
         for inst in self.instances:
             h.wait_for(f"sidecar {inst.ip}", lambda i=inst: self.sidecar_up(i), 30, interval=0.1)
@@ -157,6 +157,14 @@ class Scale:
         env = {k: v for k, v in os.environ.items()
                if k.lower() not in drop and not k.startswith("IRONIC_PROXY_")}  # fmt: skip
         return {**env, **extra}
+
+    def proxy_env(self):
+        """The proxies' environment: access lines at info, and `--proxy-threads` as
+        IRONIC_PROXY_WORKER_THREADS (unset: one worker per CPU, current-thread on one CPU)."""
+        extra = {"RUST_LOG": "info"}
+        if self.args.proxy_threads:
+            extra["IRONIC_PROXY_WORKER_THREADS"] = str(self.args.proxy_threads)
+        return self.clean_env(**extra)
 
     def start_ironic(self, inst):
         env = self.clean_env(PYTHONUNBUFFERED="1")
@@ -188,7 +196,7 @@ class Scale:
         h.run([self.bin, "check", "--config", conf], "check balancer")
         self.lb = self.procs.start("balancer", [self.bin, "--log-format", "json", "run",
                                                 "--config", conf], self.lb_log,
-                                   env=self.clean_env(RUST_LOG="info"))  # fmt: skip
+                                   env=self.proxy_env())  # fmt: skip
 
         def ready():
             if self.lb.poll() is not None:
@@ -373,6 +381,8 @@ def main():
     parser.add_argument("--idle", type=float, default=30,
                         help="seconds of the proxies' idle CPU measured before the first enrol")
     parser.add_argument("--result-json", help="append the run's figures as one JSON line here")
+    parser.add_argument("--proxy-threads", type=int,
+                        help="the proxies' runtime threads (IRONIC_PROXY_WORKER_THREADS)")
     parser.add_argument("--address-base", type=int, default=11,
                         help="use 127.0.0.BASE to BASE+6 (two runs side by side)")
     args = parser.parse_args()

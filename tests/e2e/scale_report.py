@@ -191,7 +191,7 @@ def write_result(e, paths):
                       "peak_open_connections": e.sampler.peak.get(name, 0)}  # fmt: skip
     blamed = sum(v for (_, blame, _), v in paths.blame.items() if blame == "proxy")
     row = {
-        "mode": e.mode,
+        "mode": e.mode + (f", {e.args.proxy_threads} thread" if e.args.proxy_threads else ""),
         "hosts": len(e.hosts),
         "active": len(d.active_at),
         "all_active_s": round(e.all_active, 1) if e.all_active else None,
