@@ -219,7 +219,7 @@ class Scale:
         self.haproxy_stats = f"http://127.0.0.1:{port}/stats;csv"
         conf = os.path.join(self.root, "haproxy.cfg")
         with open(conf, "w") as f:
-            f.write(ss.haproxy_config(pem, port, ss.IPS))
+            f.write(ss.haproxy_config(pem, port, ss.IPS, self.args.proxy_threads))
         h.run(["haproxy", "-c", "-f", conf], "haproxy -c")
         self.lb_log = os.path.join(self.root, "haproxy.log")
         self.lb = self.procs.start("haproxy", ["haproxy", "-db", "-f", conf], self.lb_log)
@@ -382,7 +382,7 @@ def main():
                         help="seconds of the proxies' idle CPU measured before the first enrol")
     parser.add_argument("--result-json", help="append the run's figures as one JSON line here")
     parser.add_argument("--proxy-threads", type=int,
-                        help="the proxies' runtime threads (IRONIC_PROXY_WORKER_THREADS)")
+                        help="the proxies' threads (IRONIC_PROXY_WORKER_THREADS, HAProxy nbthread)")
     parser.add_argument("--address-base", type=int, default=11,
                         help="use 127.0.0.BASE to BASE+6 (two runs side by side)")
     args = parser.parse_args()

@@ -5,6 +5,8 @@ peak RSS and connections, balancer spread, errors by party. The last line is
 import collections
 import csv
 import io
+import json
+import os
 
 import requests
 
@@ -178,9 +180,6 @@ def per_request_report(e, paths):
 
 def write_result(e, paths):
     """One JSON line per run (--result-json): what the side-by-side tables are made of."""
-    import json
-    import os
-
     d = e.driver
     c = dict(e.cpu)
     machine = c.pop("machine (every process)", None)
