@@ -65,6 +65,10 @@ class Scale:
         self.driver = None
         self.sampler = None
         self.cpu = {}
+        self.idle_rate = {}
+        self.oncpu0 = self.oncpu = {}
+        self.haproxy_counts0 = self.haproxy_counts = None
+        self.run_seconds = None
         self.wall_start = None
 
     # --- setup -----------------------------------------------------------------------------
@@ -137,7 +141,7 @@ class Scale:
                 f"sidecar {inst.ip}",
                 [self.bin, "--log-format", "json", "run", "--config", inst.sidecar_conf],
                 inst.sidecar_log,
-                env=self.clean_env(RUST_LOG="info"),
+                env=self.proxy_env(),
             )
         for inst in self.instances:
             h.wait_for(f"sidecar {inst.ip}", lambda i=inst: self.sidecar_up(i), 30, interval=0.1)
@@ -153,6 +157,14 @@ class Scale:
         env = {k: v for k, v in os.environ.items()
                if k.lower() not in drop and not k.startswith("IRONIC_PROXY_")}  # fmt: skip
         return {**env, **extra}
+
+    def proxy_env(self):
+        """The proxies' environment: access lines at info, and `--proxy-threads` as
+        IRONIC_PROXY_WORKER_THREADS (unset: one worker per CPU, current-thread on one CPU)."""
+        extra = {"RUST_LOG": "info"}
+        if self.args.proxy_threads:
+            extra["IRONIC_PROXY_WORKER_THREADS"] = str(self.args.proxy_threads)
+        return self.clean_env(**extra)
 
     def start_ironic(self, inst):
         env = self.clean_env(PYTHONUNBUFFERED="1")
@@ -184,7 +196,7 @@ class Scale:
         h.run([self.bin, "check", "--config", conf], "check balancer")
         self.lb = self.procs.start("balancer", [self.bin, "--log-format", "json", "run",
                                                 "--config", conf], self.lb_log,
-                                   env=self.clean_env(RUST_LOG="info"))  # fmt: skip
+                                   env=self.proxy_env())  # fmt: skip
 
         def ready():
             if self.lb.poll() is not None:
@@ -207,7 +219,7 @@ class Scale:
         self.haproxy_stats = f"http://127.0.0.1:{port}/stats;csv"
         conf = os.path.join(self.root, "haproxy.cfg")
         with open(conf, "w") as f:
-            f.write(ss.haproxy_config(pem, port, ss.IPS))
+            f.write(ss.haproxy_config(pem, port, ss.IPS, self.args.proxy_threads))
         h.run(["haproxy", "-c", "-f", conf], "haproxy -c")
         self.lb_log = os.path.join(self.root, "haproxy.log")
         self.lb = self.procs.start("haproxy", ["haproxy", "-db", "-f", conf], self.lb_log)
@@ -283,6 +295,24 @@ class Scale:
         out["machine (every process)"] = sm.machine_busy()
         return out
 
+    def oncpu_now(self):
+        """Each proxy's time on CPU (scheduler, ns resolution), in seconds."""
+        return {name: sm.oncpu_seconds(p.pid) for name, p in self.proxy_procs()}
+
+    def idle_window(self):
+        """The proxies' CPU per second with every part up and no host enrolled (health checks,
+        DNS refreshes, timers; fake-ipa and sushy-tools idle): what a proxy costs whatever the
+        traffic, subtracted to give the cost of a request."""
+        self.idle_rate = {}
+        if not self.args.idle or self.mode == "direct":
+            return
+        c0, t0 = self.oncpu_now(), time.monotonic()
+        time.sleep(self.args.idle)
+        c1, dt = self.oncpu_now(), time.monotonic() - t0
+        self.idle_rate = {k: (c1[k] - c0[k]) / dt for k in c1}
+        self.s.figure(f"proxies' CPU with no host enrolled ({dt:.0f} s)",
+                      ", ".join(f"{k} {1000 * v:.2f} ms/s" for k, v in self.idle_rate.items()))
+
     def run(self):
         with ironic_e2e.Phase(self.s, f"setup ({self.mode}, {len(self.hosts)} hosts, "
                               f"{ss.shards(len(self.hosts))} tool shards)"):  # fmt: skip
@@ -296,18 +326,26 @@ class Scale:
             sources = {"HAProxy": lambda: scale_report.haproxy_current(self.haproxy_stats)}
         self.sampler = sm.Sampler(sources)
         self.sampler.start()
+        self.idle_window()
         apis = [lb_url()] if self.mode != "direct" else [f"http://{ip}:{h.API_PORT}" for ip in ss.IPS]
         self.driver = scale_driver.Driver(self.hosts, apis, self.ca, self.files, self.args.limit,
                                           self.args.requeue, workers=16)  # fmt: skip
         self.wall_start = time.time()
         load0 = os.getloadavg()[0]
         before = self.cpu_now()
+        self.oncpu0 = self.oncpu_now()
+        if self.haproxy_stats:
+            self.haproxy_counts0 = scale_report.haproxy_counters(self.haproxy_stats)
         with ironic_e2e.Phase(self.s, f"enrol to active ({len(self.hosts)} hosts)"):
             self.all_active = self.driver.run(time.monotonic() + self.args.timeout,
                                               progress=lambda m: print(f"e2e-scale: {m}", flush=True))  # fmt: skip
         after = self.cpu_now()
+        self.run_seconds = time.time() - self.wall_start
         self.cpu = {k: after[k] - before[k] for k in after if not k.startswith("each: ")}
         self.cpu_each = {k[6:]: after[k] - before[k] for k in after if k.startswith("each: ")}
+        self.oncpu = {k: v - self.oncpu0[k] for k, v in self.oncpu_now().items()}
+        if self.haproxy_stats:
+            self.haproxy_counts = scale_report.haproxy_counters(self.haproxy_stats)
         self.s.figure("machine load average (1 min) at start, at end",
                       f"{load0:.1f}, {os.getloadavg()[0]:.1f} (2 cores, shared)")
         self.sampler.stop()
@@ -340,6 +378,11 @@ def main():
                         help="seconds between reconciles of a waiting host (BMO: 10)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds for all to be active")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--idle", type=float, default=30,
+                        help="seconds of the proxies' idle CPU measured before the first enrol")
+    parser.add_argument("--result-json", help="append the run's figures as one JSON line here")
+    parser.add_argument("--proxy-threads", type=int,
+                        help="the proxies' threads (IRONIC_PROXY_WORKER_THREADS, HAProxy nbthread)")
     parser.add_argument("--address-base", type=int, default=11,
                         help="use 127.0.0.BASE to BASE+6 (two runs side by side)")
     args = parser.parse_args()

@@ -35,6 +35,24 @@ def group_cpu(roots):
     return total
 
 
+def oncpu_seconds(root):
+    """Time on CPU of a process tree from the scheduler (`/proc/PID/task/TID/schedstat`, first
+    field, ns), summed over every live thread: exact, where utime + stime are sampled at the
+    tick (10 ms), too coarse for a proxy that spends well under a second in a run."""
+    total = 0
+    for pid in cpu.tree(root):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
 def machine_busy():
     """Busy seconds of the whole machine (every core, every process, other users' too)."""
     v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -110,10 +128,19 @@ class Paths:
         self.blame = collections.Counter()  # (hop, blame, status) of >= 500 or blamed lines
         self.spread = collections.Counter()  # balancer upstream -> requests
         self.examples = []
+        self.served = collections.Counter()  # proxy process -> requests it answered
+        self.clients = collections.defaultdict(set)  # proxy process -> client ip:port seen
 
-    def add(self, hop, kind, second, status, blame="-", what=""):
+    def add(self, hop, kind, second, status, blame="-", what="", proc=None, client=None):
         key = (hop, kind)
         self.count[key] += 1
+        if proc:
+            self.served[proc] += 1
+            if client and not client.endswith("unix"):
+                # A client's source port is its connection (ports are not reused within a run
+                # of minutes on an idle ephemeral range): distinct ports = connections that
+                # carried at least one request = TLS handshakes on a TLS listener.
+                self.clients[proc].add(client)
         self.per_second[key][second] += 1
         self.status[key][status // 100 * 100] += 1
         if status >= 500 or blame == "proxy":
@@ -142,7 +169,7 @@ def read_proxy_logs(paths, lb_log, sidecar_logs, since):
             continue
         st, up = int(f.get("status", 0)), f.get("upstream", "-")
         paths.add("balancer", api_path(f.get("path", "")), int(h.event_time(e)), st,
-                  f.get("blame", "-"), f.get("path", ""))  # fmt: skip
+                  f.get("blame", "-"), f.get("path", ""), "balancer", f.get("client"))  # fmt: skip
         paths.spread[up.split("(")[0].strip()] += 1
     for ip, log in sidecar_logs.items():
         for e in h.proxy_events(log):
@@ -151,20 +178,22 @@ def read_proxy_logs(paths, lb_log, sidecar_logs, since):
                 continue
             lst, st = f.get("listener"), int(f.get("status", 0))
             sec, blame = int(h.event_time(e)), f.get("blame", "-")
+            who = (f"sidecar {ip}", f"{lst} {f.get('client')}")
             if lst == "json-rpc-egress":
                 kind = egress_path(f.get("upstream", "-"))
                 paths.add("sidecar egress", kind, sec, st, blame,
-                          f"{ip} {f.get('path')} {f.get('upstream')}")  # fmt: skip
+                          f"{ip} {f.get('path')} {f.get('upstream')}", *who)  # fmt: skip
             elif lst == "json-rpc":
-                paths.add("sidecar json-rpc in", "JSON-RPC", sec, st, blame, f"{ip} {f.get('rpc_method')}")
+                paths.add("sidecar json-rpc in", "JSON-RPC", sec, st, blame,
+                          f"{ip} {f.get('rpc_method')}", *who)  # fmt: skip
             else:
                 paths.add("sidecar api", api_path(f.get("path", "")), sec, st, blame,
-                          f"{ip} {f.get('path')}")  # fmt: skip
+                          f"{ip} {f.get('path')}", *who)  # fmt: skip
 
 
 # HAProxy's `option httplog` line: client [date] frontend backend/server timers status bytes ...
 _HTTPLOG = re.compile(
-    r"\[(\d+/\w+/\d+:\d+:\d+:\d+)\.\d+\] (\S+) (\S+)/(\S+) \S+ (-?\d+) .*?\"(\S+) (\S+)"
+    r"(\S+) \[(\d+/\w+/\d+:\d+:\d+:\d+)\.\d+\] (\S+) (\S+)/(\S+) \S+ (-?\d+) .*?\"(\S+) (\S+)"
 )
 
 
@@ -172,17 +201,18 @@ def read_haproxy_log(paths, log, since):
     with open(log, errors="replace") as f:
         for line in f:
             m = _HTTPLOG.search(line)
-            if not m or m.group(2) != "api~":
+            if not m or m.group(3) != "api~":
                 continue
-            t = datetime.datetime.strptime(m.group(1), "%d/%b/%Y:%H:%M:%S")
+            t = datetime.datetime.strptime(m.group(2), "%d/%b/%Y:%H:%M:%S")
             sec = int(time.mktime(t.timetuple()))  # HAProxy logs local time
             if sec < int(since):
                 continue
-            st = int(m.group(5))
-            server = m.group(4)
+            st = int(m.group(6))
+            server = m.group(5)
             # HAProxy's own answers (no server, or a 5xx with a termination state) are its.
             blame = "proxy" if server in ("<NOSRV>", "-") or st in (502, 503, 504) else "-"
-            paths.add("balancer", api_path(m.group(7)), sec, st, blame, m.group(7))
+            paths.add("balancer", api_path(m.group(8)), sec, st, blame, m.group(8), "HAProxy",
+                      m.group(1))  # fmt: skip
             paths.spread[server] += 1
 
 

@@ -5,6 +5,8 @@ peak RSS and connections, balancer spread, errors by party. The last line is
 import collections
 import csv
 import io
+import json
+import os
 
 import requests
 
@@ -55,6 +57,15 @@ def haproxy_current(url):
                and r["svname"] == "FRONTEND")  # fmt: skip
 
 
+def haproxy_counters(url):
+    """The api frontend's cumulative connections and requests (`conn_tot`, `req_tot`)."""
+    for r in haproxy_stats(url):
+        if r["pxname"] == "api" and r["svname"] == "FRONTEND":
+            return {"connections": int(r.get("conn_tot") or 0),
+                    "requests": int(r.get("req_tot") or 0)}  # fmt: skip
+    return None
+
+
 def analyse(e):
     s, d, n = e.s, e.driver, len(e.hosts)
     active = len(d.active_at)
@@ -84,9 +95,12 @@ def analyse(e):
         s.figure("requests per path (hop, kind, count, peak, status)", "\n    " + "\n    ".join(table))
     cpu_report(e)
     memory_report(e)
+    per_request_report(e, paths)
     if e.mode != "direct":
         checks_through(e, paths, n)
     errors_report(e, paths)
+    if e.args.result_json:
+        write_result(e, paths)
 
 
 def cpu_report(e):
@@ -111,6 +125,92 @@ def memory_report(e):
         parts.append(f"{name}: CPU {e.cpu_each.get(name, 0):.1f} s, peak RSS {peak:.1f} MiB, "
                      f"peak open client connections {conns}")  # fmt: skip
     e.s.figure("proxies' memory and connections", "\n    " + "\n    ".join(parts))
+
+
+def per_request(e, paths):
+    """Per proxy process: time on CPU, requests answered, client connections, and CPU per
+    request, gross and less the idle rate measured before the first enrol."""
+    out = {}
+    for name, _ in e.proxy_procs():
+        cpu_s = e.oncpu.get(name, 0.0)
+        idle = e.idle_rate.get(name, 0.0) * (e.run_seconds or 0)
+        net = cpu_s - idle
+        served = paths.served.get(name, 0)
+        conns = len(paths.clients.get(name, ()))
+        out[name] = {
+            "cpu_s": round(cpu_s, 3),
+            "idle_ms_per_s": round(1000 * e.idle_rate.get(name, 0.0), 3),
+            "requests": served,
+            "connections": conns,
+            "ms_per_request": round(1000 * cpu_s / served, 3) if served else None,
+            "ms_per_request_less_idle": round(1000 * net / served, 3) if served else None,
+        }
+    return out
+
+
+def per_request_report(e, paths):
+    if e.mode == "direct":
+        return
+    rows = per_request(e, paths)
+    lines = []
+    for name, r in rows.items():
+        if not r["requests"]:
+            lines.append(f"{name}: {r['cpu_s']:.2f} s on CPU, no request")
+            continue
+        per_conn = r["requests"] / r["connections"] if r["connections"] else float("nan")
+        lines.append(
+            f"{name}: {r['cpu_s']:.2f} s on CPU, {r['requests']} requests over "
+            f"{r['connections']} client connections ({per_conn:.1f} requests per connection, "
+            f"so as many TLS handshakes as connections on a TLS listener); "
+            f"{r['ms_per_request']:.3f} ms per request, {r['ms_per_request_less_idle']:.3f} less "
+            f"its idle {r['idle_ms_per_s']:.2f} ms/s"
+        )
+    if e.haproxy_counts and e.haproxy_counts0:
+        d = {k: e.haproxy_counts[k] - e.haproxy_counts0[k] for k in e.haproxy_counts}
+        lines.append(f"HAProxy's own counters (api frontend): {d['requests']} requests, "
+                     f"{d['connections']} connections")  # fmt: skip
+    if e.mode == "proxy":
+        total = sum(r["cpu_s"] for r in rows.values())
+        served = rows["balancer"]["requests"]
+        lines.append(f"all four proxies: {total:.2f} s on CPU, "
+                     f"{1000 * total / max(served, 1):.3f} ms per balancer request")  # fmt: skip
+    e.s.figure("proxies' CPU per request (time on CPU from the scheduler)",
+               "\n    " + "\n    ".join(lines))
+
+
+def write_result(e, paths):
+    """One JSON line per run (--result-json): what the side-by-side tables are made of."""
+    d = e.driver
+    c = dict(e.cpu)
+    machine = c.pop("machine (every process)", None)
+    total = sum(c.values()) or 1
+    peak = {}
+    for name, p in e.proxy_procs():
+        peak[name] = {"rss_mib": round(cpu.peak_rss_kib(cpu.tree(p.pid)) / 1024, 1),
+                      "peak_open_connections": e.sampler.peak.get(name, 0)}  # fmt: skip
+    blamed = sum(v for (_, blame, _), v in paths.blame.items() if blame == "proxy")
+    row = {
+        "mode": e.mode + (f", {e.args.proxy_threads} thread" if e.args.proxy_threads else ""),
+        "hosts": len(e.hosts),
+        "active": len(d.active_at),
+        "all_active_s": round(e.all_active, 1) if e.all_active else None,
+        "run_s": round(e.run_seconds or 0, 1),
+        "load": [round(x, 1) for x in os.getloadavg()],
+        "cpu_s": {k: round(v, 2) for k, v in c.items()},
+        "cpu_share_pct": {k: round(100 * v / total, 2) for k, v in c.items()},
+        "machine_busy_s": round(machine or 0, 1),
+        "proxies": per_request(e, paths),
+        "peak": peak,
+        "haproxy": ({k: e.haproxy_counts[k] - e.haproxy_counts0[k] for k in e.haproxy_counts}
+                    if e.haproxy_counts and e.haproxy_counts0 else None),  # fmt: skip
+        "paths": {f"{h} / {k}": v for (h, k), v in sorted(paths.count.items())},
+        "blamed_on_proxy": blamed,
+        "driver_errors": dict(collections.Counter(p for p, _ in d.errors)),
+        "failed_hosts": len(d.failed),
+    }
+    with open(e.args.result_json, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(f"e2e-scale: result written to {e.args.result_json}", flush=True)
 
 
 def checks_through(e, paths, n):

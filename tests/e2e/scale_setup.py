@@ -259,17 +259,18 @@ def image(root):
     return files
 
 
-def haproxy_config(lb_pem, stats_port, ips):
+def haproxy_config(lb_pem, stats_port, ips, threads=None):
     """HAProxy as the balancer and TLS front an operator would assemble: TLS on the balancer's
     address, least connections over the three Ironic APIs (plain HTTP), health checks as the
-    proxy balancer's (GET / every 2 s), stats on loopback for the spread."""
+    proxy balancer's (GET / every 2 s), stats on loopback for the spread; `threads`: its
+    `nbthread` (default: one per CPU)."""
     servers = "\n".join(
         f"  server i{ip.rsplit('.', 1)[1]} {ip}:{h.API_PORT} check inter 2s fall 2 rise 1"
         for ip in ips
     )
     return f"""# HAProxy for --compare haproxy (written by tests/e2e/scale_setup.py).
 global
-  maxconn 8000
+  maxconn 8000{f"{chr(10)}  nbthread {threads}" if threads else ""}
   log stdout format raw local0 info
 
 defaults
