@@ -8,6 +8,7 @@
 //! whose input is missing fails saying which. The site facts it reads ([`facts`]) are keys of
 //! the ConfigMap `ironic-proxy-site`.
 
+mod dhcp;
 mod facts;
 mod json6902;
 mod objects;
@@ -143,7 +144,7 @@ pub fn check(args: &CheckArgs) -> Report {
     let layout = objects::layout(&o);
     lines.extend(rules::addresses(&o.site, ca.as_ref(), &layout));
     lines.push(rules::names(&o, ca.as_ref(), &layout));
-    lines.extend(rules::dhcp(&o.site, &layout));
+    lines.extend(dhcp::dhcp(&o.site, &layout));
     lines.push(objects::host_ports(&o));
     lines.push(objects::namespace(&o, &layout));
     lines.push(objects::digests(&o));

@@ -1,5 +1,8 @@
-//! Tests of [`super`] (rules.rs).
+//! Tests of [`super`] (rules.rs) and of the DHCP checks beside it (dhcp.rs), which share its
+//! site helpers.
 
+use super::super::dhcp::dhcp;
+use super::super::facts::DHCP_RANGE;
 use super::*;
 
 fn site(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
