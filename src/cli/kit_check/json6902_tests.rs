@@ -1,13 +1,8 @@
 //! Tests of [`super`] (json6902.rs).
 
 use super::super::overlay::load;
+use super::super::overlay::tests::write;
 use std::path::Path;
-
-fn write(dir: &Path, name: &str, text: &str) {
-    let path = dir.join(name);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
 
 const BASE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: metal3\n  labels:\n    \
     pod-security.kubernetes.io/enforce: privileged\n    team: infra\n---\n\

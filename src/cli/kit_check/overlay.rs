@@ -409,4 +409,4 @@ pub(super) fn port(p: &Yaml) -> Option<Port> {
 
 #[cfg(test)]
 #[path = "overlay_tests.rs"]
-mod tests;
+pub(super) mod tests;
