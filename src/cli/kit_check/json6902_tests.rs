@@ -2,7 +2,6 @@
 
 use super::super::overlay::load;
 use super::super::overlay::tests::write;
-use std::path::Path;
 
 const BASE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: metal3\n  labels:\n    \
     pod-security.kubernetes.io/enforce: privileged\n    team: infra\n---\n\
