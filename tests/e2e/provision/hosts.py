@@ -18,7 +18,7 @@ STEP = 1800  # seconds a provisioning step may take: QEMU under TCG on 2 shared 
 DEPLOY = 1200  # seconds a deploy may take (a retry included: the ramdisk boots again)
 
 
-def enrol(api, name, host, bmc_url, bmc_auth, boot, uuid):
+def enrol(api, name, host, bmc_url, bmc_auth, boot, uuid, agent_tls=True):
     """As baremetal-operator registers a host (metal3-io/baremetal-operator at 02aa5059,
     pkg/provisioner/ironic/register.go enrollNode: nodes.CreateOpts with the BMC access's
     Driver, BootInterface, FirmwareInterface, RAIDInterface, the inspect interface `agent`
@@ -30,7 +30,13 @@ def enrol(api, name, host, bmc_url, bmc_auth, boot, uuid):
 
     boot: `ipxe` as for a `redfish://` BMC address (redfish.go BootInterface) or
     `redfish-virtual-media` as for `redfish-virtualmedia://` (redfish_virtualmedia.go
-    BootInterface; Driver `redfish`, the same DriverInfo)."""
+    BootInterface; Driver `redfish`, the same DriverInfo).
+
+    agent_tls=False departs from baremetal-operator on purpose: driver_info kernel_append_params
+    `%default% ipa-enable-auto-tls=0` (Ironic's per-node override of [pxe]/[redfish]
+    kernel_append_params, ironic/drivers/utils.py get_kernel_append_params) makes the ramdisk
+    turn off IPA's automatic TLS (scripts/lib/ipa-ramdisk/init), so Ironic's commands to that
+    agent are plain HTTP and leave through the egress relay."""
     body = {"name": name, "uuid": uuid, "driver": "redfish", "boot_interface": boot,
             "inspect_interface": "agent", "deploy_interface": "direct",
             "firmware_interface": "redfish", "raid_interface": "redfish",
@@ -43,16 +49,18 @@ def enrol(api, name, host, bmc_url, bmc_auth, boot, uuid):
                             "deploy_ramdisk": "file:///shared/html/images/"
                                               "ironic-python-agent.initramfs"},
             "properties": {"capabilities": "boot_mode:bios", "cpu_arch": "x86_64"}}
+    if not agent_tls:
+        body["driver_info"]["kernel_append_params"] = "%default% ipa-enable-auto-tls=0"
     return api.call("POST", "/v1/nodes", json=body).json()["uuid"]
 
 
-def enrol_owned(api, name, host, bmc_url, bmc_auth, boot, allowed):
+def enrol_owned(api, name, host, bmc_url, bmc_auth, boot, allowed, agent_tls=True):
     """Enrols a host with the first of a fixed series of node UUIDs whose owner on the hash
     ring (the node's `conductor`) is in `allowed`: a node enrolled elsewhere is deleted and
     enrolled again under the next UUID. Returns (uuid, conductor, tries)."""
     for i in range(16):
         u = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"e2e-provision/{name}/{i}"))
-        enrol(api, name, host, bmc_url, bmc_auth, boot, u)
+        enrol(api, name, host, bmc_url, bmc_auth, boot, u, agent_tls)
         conductor = api.get(f"/v1/nodes/{u}?fields=conductor")["conductor"]
         if conductor.rsplit(":", 1)[0] in allowed:
             # The boot MAC's port, PXE-enabled whatever the boot interface

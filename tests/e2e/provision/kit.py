@@ -171,6 +171,11 @@ class Kit:
                         f"https://$(PROVISIONING_IP):{VMEDIA_TLS_PORT}")
                 env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
                 env_set(c, "IPA_FORWARD_CONSOLE", "yes")
+                # Ironic 39's default `[agent] require_tls = true` refuses an agent that
+                # serves plain HTTP; host-b's does (enrolled with ipa-enable-auto-tls=0), so
+                # that Ironic's commands to it take the egress relay. host-a's agent keeps
+                # automatic TLS. An oslo.config environment override, as IrSO's extraConfig.
+                env_set(c, "OS_AGENT__REQUIRE_TLS", "false")
                 # No LLDP on the bridge: IPA's inspection would wait 30 s for it three times.
                 env_set(c, "IRONIC_IPA_COLLECT_LLDP", "0")
                 # One API worker per instance (ironic-image: 0 = one per CPU): three instances

@@ -86,25 +86,35 @@ def summary(run, tmp):
     run.check("0 requests failed by the proxies", bad == 0, f"{bad} with blame=proxy")
 
 
-def agent_traffic(run, tmp):
-    """IPA's lookups and heartbeats through the balancer's VIP. Ironic's commands to IPA: its
-    agent_url is https (IPA's automatic TLS, Metal3's default) and the kit sets HTTP_PROXY
-    only, so they leave Ironic direct, TLS end to end, not through the egress (whose
-    contract answers CONNECT with 405); counted from Ironic's debug log."""
+def agent_traffic(run, tmp, uuids):
+    """IPA's lookups and heartbeats through the balancer's VIP. Ironic's commands to the agents
+    take the path each agent's URL gives them:
+    - host-a keeps IPA's automatic TLS (Metal3's default): its agent_url is https, and the kit
+      sets HTTP_PROXY only, so they leave Ironic direct, TLS end to end (the egress's contract
+      answers CONNECT with 405); counted from Ironic's debug log;
+    - host-b's agent serves plain HTTP (enrolled with `ipa-enable-auto-tls=0`), so they leave
+      through the conductor's egress, relayed to the agent's port 9999 (no no_proxy); counted
+      from the sidecars' access logs, and every one must have been relayed."""
     bal = report.parse(os.path.join(tmp, "svc-balancer.log"))
     lookups = [r for r in bal if r.get("path", "").startswith("/v1/lookup")]
     beats = [r for r in bal if "/heartbeat" in r.get("path", "")]
     relay = [r for _, p in proxy_logs(tmp)[1:] for r in report.parse(p)
              if r.get("listener") == "json-rpc-egress" and r.get("upstream", "").endswith(":9999")]
-    direct = report.agent_commands(tmp, CPS)
+    direct = report.agent_commands(tmp, CPS, uuids["host-a"])
+    plain = report.agent_commands(tmp, CPS, uuids["host-b"])
     run.check("IPA lookups and heartbeats through the balancer's VIP", lookups and beats,
               f"lookup {len(lookups)}x, heartbeat {len(beats)}x "
               f"(statuses {sorted({r['status'] for r in lookups + beats})})")
-    run.check("Ironic's commands to IPA: direct, end-to-end TLS (not the egress)",
+    run.check("Ironic's commands to host-a's agent (automatic TLS): direct, TLS end to end",
               direct["commands"] + direct["polls"] > 0,
               f"{direct['commands']} commands and {direct['polls']} status polls in Ironic's "
-              f"logs (the agent URLs are https, see `deployed`); through the egress relay: "
-              f"{len(relay)}")
+              "logs (the agent URL is https, see `deployed host-a`)")
+    statuses = sorted({r["status"] for r in relay})
+    want = plain["commands"] + plain["polls"]
+    run.check("Ironic's commands to host-b's agent (plain HTTP): through the egress relay",
+              want > 0 and len(relay) >= want,
+              f"{len(relay)} relayed to :9999 (statuses {statuses}) for {plain['commands']} "
+              f"commands and {plain['polls']} status polls in Ironic's logs")
     return direct
 
 
@@ -193,9 +203,11 @@ def main():
         a, cond_a, tries_a = hosts_mod.enrol_owned(
             api, "host-a", hosts["host-a"], bmc_url, auth, "ipxe",
             {topo.ip("cp2"), topo.ip("cp3")})
+        # B's agent serves plain HTTP, so that Ironic's commands to it take the egress relay;
+        # A's keeps IPA's automatic TLS, Metal3's default (agent_traffic).
         b, cond_b, tries_b = hosts_mod.enrol_owned(
             api, "host-b", hosts["host-b"], bmc_url, auth, "redfish-virtual-media",
-            set(ip_role) - {cond_a.rsplit(":", 1)[0]})
+            set(ip_role) - {cond_a.rsplit(":", 1)[0]}, agent_tls=False)
         owners = {"host-a": ip_role[cond_a.rsplit(":", 1)[0]],
                   "host-b": ip_role[cond_b.rsplit(":", 1)[0]]}
         spare = next(r for r in CPS if r not in owners.values())
@@ -261,7 +273,7 @@ def main():
             for err in faults.errors:
                 run.check("fault", False, err)
         if args.until in ("available", "active"):
-            agent_traffic(run, tmp)
+            agent_traffic(run, tmp, ctx.uuids)
     except BaseException as e:  # noqa: BLE001 - reported (an interrupt too), then cleaned up
         run.check("run", False, f"{type(e).__name__}: {e}")
         traceback.print_exc()

@@ -94,17 +94,20 @@ def failed_by_proxy(table):
                if b in ("proxy", "us", "self"))
 
 
-def agent_commands(tmp, roles):
+def agent_commands(tmp, roles, uuid=None):
     """Ironic's requests to the agents (ironic/drivers/modules/agent_client.py logs each at
-    debug, which ironic-image turns on): commands and command-status polls, per log."""
+    debug, which ironic-image turns on): commands and command-status polls, over the logs of
+    `roles`, for node `uuid` only when given."""
     out = {"commands": 0, "polls": 0}
+    node = f" for node {uuid}" if uuid else ""
     for role in roles:
         try:
             text = open(f"{tmp}/{role}-ironic.log", errors="replace").read()
         except OSError:
             continue
-        out["commands"] += text.count("Executing agent command ")
-        out["polls"] += text.count("Fetching status of agent commands")
+        out["commands"] += len(re.findall(r"Executing agent command \S+" + re.escape(node),
+                                          text))
+        out["polls"] += text.count("Fetching status of agent commands" + node)
     return out
 
 
