@@ -167,8 +167,12 @@ class Kit:
                 # ramdisk (no ipa-insecure).
                 env_set(c, "IRONIC_BASE_URL", f"https://{vip}:{API_PORT}")
                 env_set(c, "IRONIC_IPA_INSECURE", "0")
-                env_set(c, "IRONIC_EXTERNAL_HTTP_URL",
-                        f"https://$(PROVISIONING_IP):{VMEDIA_TLS_PORT}")
+                # An IPv6 literal goes in brackets (RFC 3986): Kubernetes' $(VAR) expansion
+                # and ironic-image's own default (configure-ironic.sh, IRONIC_EXTERNAL_IP)
+                # add none, and Ironic refuses the option without them.
+                pod_ip = "[$(PROVISIONING_IP)]" if self.topo.stack == "ipv6" else \
+                    "$(PROVISIONING_IP)"
+                env_set(c, "IRONIC_EXTERNAL_HTTP_URL", f"https://{pod_ip}:{VMEDIA_TLS_PORT}")
                 env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
                 env_set(c, "IPA_FORWARD_CONSOLE", "yes")
                 # Ironic 39's default `[agent] require_tls = true` refuses an agent that
