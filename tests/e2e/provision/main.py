@@ -1,7 +1,10 @@
 """scripts/e2e-provision's scenario (issue 49; docs/e2e.md "Provisioning end to end").
 
     python3 -m provision.main --stack ipv4 --proxy-bin BIN --ironic-venv DIR --bmc-venv DIR
-                              [--ipa DIR] [--keep]
+                              [--variant standalone|statefulset] [--ipa DIR] [--keep]
+
+--variant statefulset (issue 52): config/k8s/statefulset's three pods on a pod network behind a
+LoadBalancer (podnet.py), host B only (virtual media), no faults, IPv4.
 
 Stages, each a check line; the last line is `e2e-provision: N passed, N failed`.
 """
@@ -21,11 +24,11 @@ import types
 from ironic_proxy_testing.procs import wait_for
 from ironic_proxy_testing.topology import Topology
 
-from . import bmc, report, services
+from . import bmc, podnet, report, services
 from . import hosts as hosts_mod
 from .api import Api, Timeline
 from .faults import Faults
-from .kit import API_PORT, Kit, wait_listening
+from .kit import API_PORT, VMEDIA_TLS_PORT, Kit, wait_listening
 
 ROLES = ["svc", "bmc", "cp1", "cp2", "cp3"]
 CPS = ["cp1", "cp2", "cp3"]
@@ -77,8 +80,8 @@ def proxy_logs(tmp):
     return logs + [("sidecar", os.path.join(tmp, f"{r}-ironic-proxy.log")) for r in CPS]
 
 
-def summary(run, tmp):
-    table = report.counts(proxy_logs(tmp))
+def summary(run, tmp, harness=None):
+    table = report.counts(proxy_logs(tmp), harness)
     if not table:
         return
     report.print_counts(table)
@@ -118,10 +121,61 @@ def agent_traffic(run, tmp, uuids):
     return direct
 
 
+def agent_traffic_lb(run, tmp, topo, uuid):
+    """The statefulset layout: IPA's lookups, heartbeats and its image download reach the
+    sidecars through the LoadBalancer (a VM's address on their api and vmedia-tls listeners,
+    which the router lets through to the LB only); Ironic's commands to the plain-HTTP agent
+    leave through the owner's egress, relayed from the pod network to the agent's port 9999."""
+    recs = [(r, rec) for r in CPS for rec in report.parse(
+        os.path.join(tmp, f"{r}-ironic-proxy.log"))]
+    vm = [(r, rec) for r, rec in recs if hosts_mod.vm_client(rec)]
+    lookups = [x for x in vm if x[1].get("path", "").startswith("/v1/lookup")]
+    beats = [x for x in vm if "/heartbeat" in x[1].get("path", "")]
+    image = [x for x in vm if x[1].get("listener") == "vmedia-tls"
+             and x[1].get("path", "").startswith("/images/")]
+    pods = lambda xs: ", ".join(f"{r} {sum(1 for p, _ in xs if p == r)}" for r in CPS)
+    run.check("IPA lookups and heartbeats through the LoadBalancer", lookups and beats,
+              f"lookup {len(lookups)}x, heartbeat {len(beats)}x, landing on {pods(lookups + beats)}"
+              f" (statuses {sorted({x[1]['status'] for x in lookups + beats})})")
+    run.check("IPA's image download through the LoadBalancer over TLS",
+              any(x[1].get("status") == "200" for x in image),
+              f"{len(image)} GET {image[0][1]['path'] if image else '-'} on the vmedia-tls port "
+              f"({pods(image)}; statuses {sorted({x[1]['status'] for x in image})})")
+    relay = [rec for _, rec in recs if rec.get("listener") == "json-rpc-egress"
+             and rec.get("upstream", "").endswith(":9999")]
+    plain = report.agent_commands(tmp, CPS, uuid)
+    want = plain["commands"] + plain["polls"]
+    run.check("Ironic's commands to host-b's agent (plain HTTP): through the egress relay",
+              want > 0 and len(relay) >= want,
+              f"{len(relay)} relayed to :9999 (statuses {sorted({r['status'] for r in relay})}) "
+              f"for {plain['commands']} commands and {plain['polls']} status polls in Ironic's "
+              "logs, routed from the pod network to the hosts' network")
+
+
+def enrol_lb(run, api, kit, topo, tmp, args, hosts, bmc_url, auth, timeline):
+    """The statefulset layout: host B enrolled as baremetal-operator enrols a
+    `redfish-virtualmedia://` host, its agent serving plain HTTP (as standalone's host B); any
+    conductor may own it. Returns the run's context for hosts.lifecycle."""
+    conductor_role = {kit.conductor(r): r for r in CPS}
+    b, cond, tries = hosts_mod.enrol_owned(
+        api, "host-b", hosts["host-b"], bmc_url, auth, "redfish-virtual-media",
+        set(conductor_role), agent_tls=False)
+    owner = conductor_role[cond.rsplit(":", 1)[0]]
+    timeline.watch(b, "host-b")
+    run.check("host-b enrolled through the LoadBalancer", True,
+              f"{b} (redfish-virtual-media) -> {cond} ({owner}, pod {kit.pod_name(owner)}, "
+              f"{topo.ip(owner)})")
+    return types.SimpleNamespace(
+        api=api, kit=kit, topo=topo, run=run, tmp=tmp, proxy_bin=args.proxy_bin,
+        uuids={"host-b": b}, hosts=hosts, owners={"host-b": owner},
+        boot={"host-b": "redfish-virtual-media"}, retry_if={}, stuck={}, lb=podnet.LB,
+        image_base=f"https://{podnet.LB}:{VMEDIA_TLS_PORT}/images")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--stack", default="ipv4", choices=["ipv4", "ipv6", "dual"])
-    p.add_argument("--variant", default="standalone", choices=["standalone"])
+    p.add_argument("--variant", default="standalone", choices=["standalone", "statefulset"])
     p.add_argument("--proxy-bin", required=True)
     p.add_argument("--ironic-venv", required=True)
     p.add_argument("--bmc-venv", required=True)
@@ -133,18 +187,27 @@ def main():
     p.add_argument("--no-faults", action="store_true")
     p.add_argument("--keep", action="store_true")
     args = p.parse_args()
+    sts = args.variant == "statefulset"
+    if sts and (args.stack != "ipv4" or args.until == "pxe"):
+        p.error("--variant statefulset: IPv4 only, and no PXE (virtual media only)")
     run = Run(args)
     tmp = tempfile.mkdtemp(prefix="e2e-provision.")
     os.chmod(tmp, 0o755)
-    topo = Topology(args.stack, roles=ROLES)
+    if sts:
+        topo = Topology(args.stack, roles=podnet.ROLES, segments=podnet.SEGMENTS)
+    else:
+        topo = Topology(args.stack, roles=ROLES)
     libvirt = bmc.Libvirt(tmp)
     hosts, api, timeline, faults = {}, None, None, None
     password = secrets.token_hex(12)
     try:
-        run.stage(f"topology ({args.stack}): bridge {topo.bridge}, namespaces "
-                  f"{', '.join(topo.netns(r) for r in ROLES)}")
+        run.stage(f"topology ({args.stack}, {args.variant}): bridges "
+                  f"{', '.join(topo.bridges())}, namespaces "
+                  f"{', '.join(topo.netns(r) for r in topo.roles)}")
         topo.up()
-        for vip in topo.addresses("vip"):  # the balancer's address, in svc
+        if sts:  # the router, the LoadBalancer, the hosts' DHCP
+            podnet.start(topo, tmp)
+        for vip in [] if sts else topo.addresses("vip"):  # the balancer's address, in svc
             topo.add_address("svc", vip, record=False)
         # libvirtd first: its QEMU capability probe overlaps the control plane's start.
         libvirt.start()
@@ -158,45 +221,73 @@ def main():
         real_ipa = ipa is not None
         ipa = ipa or placeholder_ipa(tmp)
         kit = Kit(topo, tmp, args.proxy_bin, args.ironic_venv, password,
-                  f"ironic:{secrets.token_hex(24)}", args.ca_dir, args.ca_next_dir)
+                  f"ironic:{secrets.token_hex(24)}", args.ca_dir, args.ca_next_dir,
+                  **(dict(variant="statefulset", lb=podnet.LB, nodes=CPS,
+                          dns=topo.ip("svc")) if sts else {}))
         run.stage("shared services: MariaDB, DNS")
         services.start_mariadb(topo, tmp, password)
-        services.start_dns(topo, tmp)
+        services.start_dns(topo, tmp, {r: kit.pod_name(r) for r in CPS} if sts else None)
         run.stage("schema Job (rundatabase-upgrade) on cp1")
         kit.db_upgrade("cp1")
-        run.stage("control-plane nodes: sidecar, Ironic, httpd from the rendered kit")
+        run.stage("control-plane nodes: sidecar, Ironic, httpd from the rendered kit"
+                  + (" (pods ironic-0, -1, -2 on the pod network)" if sts else ""))
         for role in CPS:
             kit.start_node(role, ipa)
         for role in CPS:
             wait_listening(topo, role, API_PORT, what=f"{role} sidecar API")
             wait_for(f"{role} Ironic socket", lambda r=role: os.path.exists(
                 os.path.join(kit.shared(r), "ironic.sock")), 600, interval=1)
-        services.start_balancer(topo, tmp, kit, args.proxy_bin)
-        services.start_dhcp(kit)
-        api = Api(topo.netns("svc"), f"https://{topo.url_host('vip')}:{API_PORT}",
+        if sts:
+            podnet.wait_lb(topo)
+            front = podnet.LB
+        else:
+            services.start_balancer(topo, tmp, kit, args.proxy_bin)
+            services.start_dhcp(kit)
+            front = topo.url_host("vip")
+        api = Api(topo.netns("svc"), f"https://{front}:{API_PORT}",
                   ("admin", password), kit.client_ca)
+        via = "the LoadBalancer" if sts else "the balancer"
 
         def conductors():
             got = api.get("/v1/conductors?fields=hostname,alive", timeout=10)["conductors"]
             return sorted(c["hostname"] for c in got if c["alive"])
-        alive = wait_for("three conductors alive through the balancer",
+        alive = wait_for(f"three conductors alive through {via}",
                          lambda: len(conductors()) == 3 and conductors(), 300, interval=2)
-        run.check("up: three conductors through the balancer (TLS, Basic auth)", True,
+        run.check(f"up: three conductors through {via} (TLS, Basic auth)", True,
                   ", ".join(alive))
+        if sts:
+            podnet.isolation(run, topo)
+            podnet.vmedia_probe(run, topo, kit, "cp2")
         if args.until == "up":
             return
-        run.stage("BMC: sushy-tools on libvirt; hosts A (PXE) and B (virtual media)")
+        run.stage("BMC: sushy-tools on libvirt; " + ("host B (virtual media) on the hosts' "
+                  "network" if sts else "hosts A (PXE) and B (virtual media)"))
         warm.wait(timeout=600)
         libvirt.storage_pool()
         users = os.path.join(tmp, "bmc-htpasswd")
         bmc_pw = secrets.token_hex(8)
         os.system(f"htpasswd -nbB admin {bmc_pw} > {users}")
         bmc.start_sushy(topo, tmp, args.bmc_venv, users, kit.client_ca)
-        hosts["host-a"] = bmc.Host(tmp, topo.tag, "host-a", MAC_A, topo.bridge, pxe=True)
-        hosts["host-b"] = bmc.Host(tmp, topo.tag, "host-b", MAC_B, topo.bridge, pxe=False)
+        if not sts:
+            hosts["host-a"] = bmc.Host(tmp, topo.tag, "host-a", MAC_A, topo.bridge, pxe=True)
+        hosts["host-b"] = bmc.Host(tmp, topo.tag, "host-b", MAC_B,
+                                   topo.segment_bridge("vm") if sts else topo.bridge, pxe=False)
         timeline = Timeline(api)
         bmc_url = f"http://{topo.url_host('bmc')}:{bmc.REDFISH_PORT}"
         auth = ("admin", bmc_pw)
+        if sts:
+            ctx = enrol_lb(run, api, kit, topo, tmp, args, hosts, bmc_url, auth, timeline)
+            hosts_mod.provision(api, ctx.uuids["host-b"], "host-b", "manage", "manageable",
+                                timeout=300)
+            run.check("enrolled and managed: host-b (redfish-virtual-media, sushy-tools + "
+                      "libvirt)", True)
+            if args.until == "enrolled" or not real_ipa:
+                return
+            run.stage("inspect, provide, deploy: host-b through the LoadBalancer")
+            hosts_mod.lifecycle(ctx, "host-b", args.until)
+            if args.until in ("available", "active"):
+                agent_traffic_lb(run, tmp, topo, ctx.uuids["host-b"])
+            return
         ip_role = {topo.ip(r): r for r in CPS}
         # A's owner is not cp1: cp1's sidecar is the boot.ipxe URL the DHCP server hands out,
         # and the kill fault takes A's owner down. B's owner is another node.
@@ -215,7 +306,8 @@ def main():
             api=api, kit=kit, topo=topo, run=run, tmp=tmp, proxy_bin=args.proxy_bin,
             uuids={"host-a": a, "host-b": b}, hosts=hosts, owners=owners,
             boot={"host-a": "ipxe", "host-b": "redfish-virtual-media"},
-            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={})
+            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={}, lb=None,
+            image_base=f"http://{topo.url_host(owners['host-b'])}:{API_PORT}/images")
         for label, u in ctx.uuids.items():
             timeline.watch(u, label)
         run.check("A and B owned by different conductors", owners["host-a"] != owners["host-b"],
@@ -295,8 +387,10 @@ def main():
             print("faults:")
             for t, text in faults.events:
                 print(f"  {t:7.1f} s  {text}")
+        if sts and topo.built:
+            podnet.print_counters(topo)
         try:
-            summary(run, tmp)
+            summary(run, tmp, topo.ip("rtr") if sts else None)
             report.print_failures(report.log_failures(
                 tmp, CPS, {label: h.console for label, h in hosts.items()}))
         except Exception as e:  # noqa: BLE001 - the summary must not hide the cleanup
@@ -313,6 +407,8 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
         print(f"e2e-provision: {run.passed} passed, {run.failed} failed "
               f"({time.monotonic() - run.t0:.0f} s)")
+        if sts:  # its stages end by returning from the try
+            sys.exit(1 if run.failed else 0)
     sys.exit(1 if run.failed else 0)
 
 

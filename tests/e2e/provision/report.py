@@ -30,15 +30,24 @@ def parse(path):
     return out
 
 
-def kind(rec, who):
-    """The path a request took, or None for health probes."""
+def kind(rec, who, harness=None):
+    """The path a request took, or None for health probes. harness: the address the harness's
+    requests come from through a LoadBalancer in front of the sidecars (the statefulset
+    layout), whose API records are then split by client as the balancer's are."""
     if rec.get("user_agent") == "ironic-proxy-health":
         return None
     listener, path = rec.get("listener"), rec.get("path", "")
+    client = rec.get("client", "")
     if who == "balancer":
-        if VM.search(rec.get("client", "")):
+        if VM.search(client):
             return "API through the balancer: IPA (lookup, heartbeat, inspection)"
         return "API through the balancer: harness (as BMO)"
+    if harness and listener == "api":
+        if VM.search(client):
+            return "API through the LoadBalancer: IPA (lookup, heartbeat, inspection)"
+        if client.rsplit(":", 1)[0] == harness:
+            return "API through the LoadBalancer: harness (as BMO)"
+        return "API from a peer sidecar (second hop)"
     if listener == "json-rpc-egress":
         if rec.get("rpc_method") not in (None, "-", "other"):
             return "JSON-RPC through the egress"
@@ -47,6 +56,8 @@ def kind(rec, who):
         return "relay, other (Redfish to the BMC; egress)"
     if listener == "json-rpc":
         return "JSON-RPC received (mutual TLS)"
+    if listener == "vmedia-tls" and path.startswith("/images/"):
+        return "deploy image over TLS (vmedia-tls port)"
     if listener == "vmedia-tls":
         return "virtual media (vmedia-tls)"
     if listener == "boot-tls":
@@ -56,12 +67,12 @@ def kind(rec, who):
     return "API at a sidecar"
 
 
-def counts(logs):
+def counts(logs, harness=None):
     """{kind: {"requests": n, "failed": n, "blame": {party: n}}} over (who, path) logs."""
     table = {}
     for who, path in logs:
         for rec in parse(path):
-            k = kind(rec, who)
+            k = kind(rec, who, harness)
             if k is None:
                 continue
             row = table.setdefault(k, {"requests": 0, "failed": 0, "blame": {}})
