@@ -10,6 +10,7 @@ Stages, each a check line; the last line is `e2e-provision: N passed, N failed`.
 """
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -172,6 +173,25 @@ def enrol_lb(run, api, kit, topo, tmp, args, hosts, bmc_url, auth, timeline):
         image_base=f"https://{podnet.LB}:{VMEDIA_TLS_PORT}/images")
 
 
+def write_result(args, run, timeline, tmp, harness, router):
+    """The run as data: when, what, the result line's figures, the timeline, the counts."""
+    commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
+                             "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "status",
+                            "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout.strip() != ""
+    out = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "command": os.environ.get("E2E_PROVISION_COMMAND", "scripts/e2e-provision"),
+           "variant": args.variant, "until": args.until, "commit": commit, "tree_dirty": dirty,
+           "passed": run.passed, "failed": run.failed,
+           "seconds": round(time.monotonic() - run.t0),
+           "timeline": timeline.events if timeline else {},
+           "counts": report.counts(proxy_logs(tmp), harness), "router": router}
+    with open(args.result_json, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--stack", default="ipv4", choices=["ipv4", "ipv6", "dual"])
@@ -186,6 +206,8 @@ def main():
                    choices=["up", "enrolled", "pxe", "inspected", "available", "active"])
     p.add_argument("--no-faults", action="store_true")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--result-json", help="write the result, the timeline and the counts here "
+                   "(scripts/gen-compatibility reads it)")
     args = p.parse_args()
     sts = args.variant == "statefulset"
     if sts and (args.stack != "ipv4" or args.until == "pxe"):
@@ -387,8 +409,8 @@ def main():
             print("faults:")
             for t, text in faults.events:
                 print(f"  {t:7.1f} s  {text}")
-        if sts and topo.built:
-            podnet.print_counters(topo)
+        router = podnet.counters(topo) if sts and topo.built else {}
+        podnet.print_counters(router)
         try:
             summary(run, tmp, topo.ip("rtr") if sts else None)
             report.print_failures(report.log_failures(
@@ -401,6 +423,11 @@ def main():
             h.destroy()
         topo.down()
         libvirt.stop()
+        if args.result_json:
+            try:
+                write_result(args, run, timeline, tmp, topo.ip("rtr") if sts else None, router)
+            except Exception as e:  # noqa: BLE001 - reported, the run's result stands
+                print(f"e2e-provision: cannot write {args.result_json}: {e!r}")
         if args.keep:
             print(f"kept {tmp}")
         else:

@@ -189,8 +189,8 @@ def counters(topo):
     return out
 
 
-def print_counters(topo):
-    got = counters(topo)
+def print_counters(got):
+    """`counters`' result, one line per rule."""
     if got:
         print("the router's packets per rule (new connections only, but for the drops):")
         for k, n in got.items():
