@@ -153,6 +153,20 @@ def agent_traffic_lb(run, tmp, topo, uuid):
               "logs, routed from the pod network to the hosts' network")
 
 
+def jsonrpc_by_name(run, tmp):
+    """The conductors' JSON-RPC calls to one another in the statefulset layout: each peer is
+    known to Ironic by its pod's name only (`ironic-N.ironic.metal3.svc:6189`), so every call
+    that left an egress was resolved by the pod's DNS and went out with mutual TLS."""
+    recs = [rec for r in CPS for rec in report.parse(os.path.join(tmp, f"{r}-ironic-proxy.log"))
+            if rec.get("listener") == "json-rpc-egress"
+            and rec.get("rpc_method") not in (None, "-", "other")]
+    ok = [rec for rec in recs if rec.get("status", "").startswith("2")]
+    run.check("JSON-RPC between the pods by name through the egress", recs and len(ok) == len(recs),
+              f"{len(recs)} calls, {len(ok)} answered 2xx, to "
+              f"{', '.join(sorted({rec.get('upstream', '-') for rec in recs})) or '-'}; methods "
+              f"{', '.join(sorted({rec.get('rpc_method') for rec in recs})) or '-'}")
+
+
 def enrol_lb(run, api, kit, topo, tmp, args, hosts, bmc_url, auth, timeline):
     """The statefulset layout: host B enrolled as baremetal-operator enrols a
     `redfish-virtualmedia://` host, its agent serving plain HTTP (as standalone's host B); any
@@ -303,6 +317,7 @@ def main():
                                 timeout=300)
             run.check("enrolled and managed: host-b (redfish-virtual-media, sushy-tools + "
                       "libvirt)", True)
+            jsonrpc_by_name(run, tmp)
             if args.until == "enrolled" or not real_ipa:
                 return
             run.stage("inspect, provide, deploy: host-b through the LoadBalancer")
