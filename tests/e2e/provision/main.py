@@ -151,6 +151,10 @@ def agent_traffic_lb(run, tmp, topo, uuid):
               f"{len(relay)} relayed to :9999 (statuses {sorted({r['status'] for r in relay})}) "
               f"for {plain['commands']} commands and {plain['polls']} status polls in Ironic's "
               "logs, routed from the pod network to the hosts' network")
+    got = podnet.counters(topo)
+    run.check("the router: the hosts' and the BMC's networks through the LoadBalancer",
+              got.get("vms to lb", 0) > 0 and got.get("bmcs to lb", 0) > 0,
+              ", ".join(f"{k} {n}" for k, n in got.items()) or "no counters")
 
 
 def jsonrpc_by_name(run, tmp):
