@@ -169,7 +169,8 @@ def main():
         topo = Topology(args.stack, roles=podnet.ROLES, segments=podnet.SEGMENTS)
     else:
         topo = Topology(args.stack, roles=ROLES)
-    libvirt = bmc.Libvirt(tmp)
+    # The statefulset run keeps its own libvirtd: a standalone run beside it stops its own.
+    libvirt = bmc.Libvirt(tmp, private=sts)
     hosts, api, timeline, faults = {}, None, None, None
     password = secrets.token_hex(12)
     try:
@@ -183,7 +184,7 @@ def main():
             topo.add_address("svc", vip, record=False)
         # libvirtd first: its QEMU capability probe overlaps the control plane's start.
         libvirt.start()
-        warm = subprocess.Popen(["virsh", "-c", "qemu:///system", "domcapabilities",
+        warm = subprocess.Popen(["virsh", "-c", bmc.URI, "domcapabilities",
                                  "--virttype", "qemu"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         ipa = ipa_files(args.ipa)
