@@ -123,7 +123,7 @@ def agent_traffic(run, tmp, uuids):
     return direct
 
 
-def write_result(args, run, timeline, tmp, harness, router):
+def write_result(args, run, timeline, tmp, harness, router, faults):
     """The run as data: when, what, the result line's figures, the timeline, the counts."""
     commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
                              "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -136,7 +136,8 @@ def write_result(args, run, timeline, tmp, harness, router):
            "passed": run.passed, "failed": run.failed,
            "seconds": round(time.monotonic() - run.t0),
            "timeline": timeline.events if timeline else {},
-           "counts": report.counts(proxy_logs(tmp), harness), "router": router}
+           "counts": report.counts(proxy_logs(tmp), harness), "router": router,
+           "faults": faults.events if faults else []}
     with open(args.result_json, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
@@ -388,7 +389,8 @@ def main():
         libvirt.stop()
         if args.result_json:
             try:
-                write_result(args, run, timeline, tmp, topo.ip("rtr") if sts else None, router)
+                write_result(args, run, timeline, tmp, topo.ip("rtr") if sts else None, router,
+                             faults)
             except Exception as e:  # noqa: BLE001 - reported, the run's result stands
                 print(f"e2e-provision: cannot write {args.result_json}: {e!r}")
         if args.keep:
