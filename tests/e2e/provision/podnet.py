@@ -3,7 +3,7 @@ and a site give the kit there, built from namespaces.
 
 - **The pod network** (the bridge `<tag>-br`, 172.22.0.0/26): one namespace per pod of the
   StatefulSet (ironic-0, -1, -2), the shared services (MariaDB, the cluster DNS), and the router.
-- **The BMC network** (`<tag>-brbmc`, 172.22.0.64/27): sushy-tools.
+- **The BMC network** (`<tag>-brbmc`, 172.22.0.64/28): sushy-tools.
 - **The hosts' network** (`<tag>-brvm`, 172.22.0.128/25): the VM's NIC, and the site's DHCP
   server (in the router; not Ironic's: this layout has none).
 - **The router** (namespace `rtr`, an interface on each): the node's routing between pods and the
@@ -22,6 +22,7 @@ The LoadBalancer has no health checks: kube-proxy drops an endpoint when its pod
 this one keeps all three (the run restarts nothing).
 """
 
+import ipaddress
 import json
 import os
 import shutil
@@ -35,10 +36,11 @@ from .kit import API_PORT, VMEDIA_TLS_PORT
 LB = "172.22.0.90"
 BMC_PORT = 8000
 AGENT_PORT = 9999
-# Host parts in the run's /24 (172.22.0.0/24, which the cached CA permits).
+# Host parts in the run's /24 (172.22.0.0/24, which the cached CA permits); .80-.127 belong to no
+# network, the LoadBalancer address among them.
 SEGMENTS = [
     Segment("", "172.22.0.0/26", {"rtr": 1, "svc": 2, "cp1": 11, "cp2": 12, "cp3": 13}),
-    Segment("bmc", "172.22.0.64/27", {"rtr": 65, "bmc": 66}),
+    Segment("bmc", "172.22.0.64/28", {"rtr": 65, "bmc": 66}),
     # `probe`: a namespace on the hosts' network that stands for a host before the VM boots
     # (isolation checks by TCP connect only); the VMs take DHCP leases in .150-.199.
     Segment("vm", "172.22.0.128/25", {"rtr": 129, "probe": 140}),
@@ -87,6 +89,11 @@ table ip e2e {{
 def start(topo, tmp):
     """The router (forwarding, the ruleset, no ICMP redirects), the routes of every other
     namespace through it, and the site's DHCP server on the hosts' network."""
+    # On no network: a client on one would ask for it by ARP instead of going to the router.
+    inside = [seg.cidr for seg in SEGMENTS
+              if ipaddress.ip_address(LB) in ipaddress.ip_network(seg.cidr)]
+    if inside:
+        raise ValueError(f"the LoadBalancer address {LB} is inside {inside}")
     # No ICMP redirects: the pods' traffic to the LoadBalancer leaves the router by the
     # interface it came in on, and a redirect would send a pod's next packets for the LB address
     # straight to another pod. The kernel ORs `all` with each interface's value.

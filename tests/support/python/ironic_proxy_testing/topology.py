@@ -14,7 +14,7 @@ a namespace its routes through it:
 
     topo = Topology(roles=["rtr", "cp1", "bmc"], segments=[
         Segment("", "172.22.0.0/26", {"rtr": 1, "cp1": 11}),       # <tag>-br, prov0
-        Segment("bmc", "172.22.0.64/27", {"rtr": 65, "bmc": 66})])  # <tag>-brbmc, bmc0
+        Segment("bmc", "172.22.0.64/28", {"rtr": 65, "bmc": 66})])  # <tag>-brbmc, bmc0
     topo.up()
     topo.route("cp1", "default", "172.22.0.1")
 
