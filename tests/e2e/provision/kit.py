@@ -214,6 +214,12 @@ class Kit:
                 env_set(c, "OS_AGENT__REQUIRE_TLS", "false")
                 env_set(c, "IRONIC_IPA_COLLECT_LLDP", "0")
                 env_set(c, "NUMWORKERS", "1")
+                # The deploy image's URL is on the LoadBalancer's vmedia-TLS port, and the
+                # conductor checks it (ironic/common/image_service.py validate_href, verify =
+                # [DEFAULT]webserver_verify_ca, default: the system's CAs). ironic-image renders
+                # WEBSERVER_CACERT_FILE into that option (ironic-config/ironic.conf.j2): the
+                # bundle the pod mounts for IRONIC_CACERT_FILE. The kit sets neither.
+                env_set(c, "WEBSERVER_CACERT_FILE", "/certs/ca/ironic/tls.crt")
 
     def daemonset(self):
         return next(o for o in self.objs if o["kind"] == "DaemonSet"
