@@ -30,6 +30,13 @@ def parse(path):
     return out
 
 
+def client_ip(client):
+    """The address of an access record's client (`[::ffff:172.22.0.1]:55676`, `1.2.3.4:5`)."""
+    host = client.rsplit(":", 1)[0] if client.count(":") == 1 or "]" in client else client
+    host = host.strip("[]")
+    return host[7:] if host.startswith("::ffff:") else host
+
+
 def kind(rec, who, harness=None):
     """The path a request took, or None for health probes. harness: the address the harness's
     requests come from through a LoadBalancer in front of the sidecars (the statefulset
@@ -45,7 +52,7 @@ def kind(rec, who, harness=None):
     if harness and listener == "api":
         if VM.search(client):
             return "API through the LoadBalancer: IPA (lookup, heartbeat, inspection)"
-        if client.rsplit(":", 1)[0] == harness:
+        if client_ip(client) == harness:
             return "API through the LoadBalancer: harness (as BMO)"
         return "API from a peer sidecar (second hop)"
     if listener == "json-rpc-egress":
