@@ -325,7 +325,9 @@ class Kit:
             conf = self.resolv_conf().replace("\n", "\\n")
             # A fresh file, never through a link the copied /etc may hold.
             pre = [f"rm -f $R/etc/resolv.conf && printf '{conf}' > $R/etc/resolv.conf"]
-        _, script = self.sb.script(pod, c, argv, env, rec, netns=True, pre=pre)
+        # exec'd: the program keeps the process group the topology stops (Ironic's master
+        # calls setsid, and would outlive the run as an orphan).
+        _, script = self.sb.script(pod, c, argv, env, rec, netns=True, pre=pre, exec_=True)
         log = os.path.join(self.tmp, f"{role}-{name}.log")
         return self.topo.start(role, name, ["unshare", "-m", "bash", script], log)
 
