@@ -16,22 +16,33 @@ from .kit import wait_listening
 REDFISH_PORT = 8000
 POOL = "default"
 LIBVIRT_SOCK = "/run/libvirt/libvirt-sock"
+# Where virsh and sushy-tools reach libvirtd: the system's, or a private one's socket
+# (Libvirt(private=True) sets it).
+URI = "qemu:///system"
 
 
 class Libvirt:
     """virtlogd and libvirtd, ours (stopped by PID) unless one already answers: then theirs,
-    used and left alone."""
+    used and left alone. private=True: always ours, with its own /run/libvirt (a directory of
+    the run bound there in their mount namespaces) and pid files, so that it neither uses nor
+    is used by another run's libvirtd, which another run may stop under it; virsh and
+    sushy-tools reach it by its socket (URI)."""
 
-    def __init__(self, tmp):
-        self.tmp, self.procs = tmp, []
+    def __init__(self, tmp, private=False):
+        self.tmp, self.procs, self.private = tmp, [], private
         self.pool = False  # whether we created the storage pool
 
     def answers(self):
-        return subprocess.run(["virsh", "-c", "qemu:///system", "version"],
+        return subprocess.run(["virsh", "-c", URI, "version"],
                               capture_output=True, timeout=20).returncode == 0
 
     def start(self):
-        if os.path.exists(LIBVIRT_SOCK) and self.answers():
+        global URI
+        run_dir = os.path.join(self.tmp, "run-libvirt")
+        if self.private:
+            os.makedirs(run_dir)
+            URI = f"qemu:///system?socket={run_dir}/libvirt-sock"
+        elif os.path.exists(LIBVIRT_SOCK) and self.answers():
             return
         if subprocess.run(["id", "libvirt-qemu"], capture_output=True).returncode != 0:
             run(["adduser", "--system", "--group", "--no-create-home", "libvirt-qemu"],
@@ -54,6 +65,15 @@ class Libvirt:
                              f"mount --bind {etc} /etc/libvirt && "
                              f"{{ [ ! -e /dev/kvm ] || mount --bind {nokvm} /dev/kvm; }} && "
                              "exec /usr/sbin/libvirtd"]}
+        logd_sock = "/run/libvirt/virtlogd-sock"
+        if self.private:
+            own_run = f"mkdir -p /run/libvirt && mount --bind {run_dir} /run/libvirt && "
+            argv = {"virtlogd": ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                                 own_run + f"exec /usr/sbin/virtlogd --pid-file "
+                                 f"{self.tmp}/virtlogd.pid"],
+                    "libvirtd": argv["libvirtd"][:-1] + [
+                        own_run + argv["libvirtd"][-1] + f" --pid-file {self.tmp}/libvirtd.pid"]}
+            logd_sock = os.path.join(run_dir, "virtlogd-sock")
         for prog in ("virtlogd", "libvirtd"):
             log = open(os.path.join(self.tmp, f"{prog}.log"), "ab")  # noqa: SIM115
             self.procs.append(subprocess.Popen(argv[prog], stdout=log,
@@ -62,14 +82,14 @@ class Libvirt:
                                                start_new_session=True))
             log.close()
             if prog == "virtlogd":
-                wait_for("virtlogd", lambda: os.path.exists("/run/libvirt/virtlogd-sock"), 30)
+                wait_for("virtlogd", lambda: os.path.exists(logd_sock), 30)
         wait_for("libvirtd", self.answers, 60, interval=0.5)
 
     def storage_pool(self):
         """The storage pool sushy-tools' libvirt driver uploads virtual media into (its
         SUSHY_EMULATOR_STORAGE_POOL, `default`): a transient directory pool in the run's
         directory, made unless one exists."""
-        if subprocess.run(["virsh", "-c", "qemu:///system", "pool-info", POOL],
+        if subprocess.run(["virsh", "-c", URI, "pool-info", POOL],
                           capture_output=True, timeout=60).returncode == 0:
             return
         path = os.path.join(self.tmp, "pool")
@@ -95,7 +115,7 @@ class Libvirt:
 
 def virsh(*args, check=True):
     # Long: libvirtd probes QEMU's capabilities on first use, slow under TCG on busy cores.
-    p = subprocess.run(["virsh", "-c", "qemu:///system", *args], capture_output=True,
+    p = subprocess.run(["virsh", "-c", URI, *args], capture_output=True,
                        text=True, timeout=600)
     if check and p.returncode != 0:
         raise Failure(f"virsh {' '.join(args)}: {p.stderr.strip()}")
@@ -194,7 +214,7 @@ def start_sushy(topo, tmp, venv, users_file, ca_file):
     with open(conf, "w") as f:
         f.write(f"SUSHY_EMULATOR_LISTEN_IP = {topo.ip('bmc')!r}\n"
                 f"SUSHY_EMULATOR_LISTEN_PORT = {REDFISH_PORT}\n"
-                "SUSHY_EMULATOR_LIBVIRT_URI = 'qemu:///system'\n"
+                f"SUSHY_EMULATOR_LIBVIRT_URI = {URI!r}\n"
                 f"SUSHY_EMULATOR_AUTH_FILE = {users_file!r}\n"
                 "SUSHY_EMULATOR_VMEDIA_VERIFY_SSL = True\n"
                 "SUSHY_EMULATOR_IGNORE_BOOT_DEVICE = False\n")

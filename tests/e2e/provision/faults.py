@@ -147,7 +147,7 @@ class Faults:
         if not self.dead or not n.get("reservation"):
             return None
         dead = {self.ctx.topo.ip(r) for r in self.dead}
-        if n["reservation"] in dead and time.monotonic() - self.kill_time > 300:
+        if n["reservation"].strip("[]") in dead and time.monotonic() - self.kill_time > 300:
             return (f"host-a still reserved by {n['reservation']} (killed "
                     f"{time.monotonic() - self.kill_time:.0f} s ago; conductor registered as "
                     f"{n['reservation']}:6189): Ironic never releases it")
@@ -277,3 +277,59 @@ class Faults:
                 except ValueError:
                     pass
         return total
+
+
+class SidecarRestart:
+    """The statefulset variant's one fault: the sidecar of a pod that owns no host is stopped
+    (SIGTERM, its drain) and started again, as kubelet restarts a native sidecar container,
+    once host B's agent heartbeats (`clean wait`). The LoadBalancer keeps sending that pod new
+    connections meanwhile (it has no readiness; kube-proxy would until the pod's readiness
+    probe fails), so a heartbeat may be refused and retried by IPA."""
+
+    def __init__(self, ctx, role, t0):
+        self.ctx, self.role, self.t0 = ctx, role, t0
+        self.events, self.errors = [], []
+        self.restarted = False
+        self.stop_evt = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def close(self):
+        self.stop_evt.set()
+        self.thread.join(timeout=120)
+
+    def note(self, text):
+        t = round(time.monotonic() - self.t0, 1)
+        self.events.append((t, text))
+        print(f"fault {t:7.1f} s  {text}", flush=True)
+
+    def _loop(self):
+        ctx = self.ctx
+        uuid = ctx.uuids["host-b"]
+        try:
+            while not self.stop_evt.wait(1):
+                try:
+                    state = ctx.api.get(f"/v1/nodes/{uuid}?fields=provision_state",
+                                        timeout=10)["provision_state"]
+                except Exception:  # noqa: BLE001 - the next poll will do
+                    continue
+                if state == "clean wait":
+                    break
+                if state in ("available", "active") or state.endswith("failed"):
+                    self.note(f"restart: host-b reached {state} without a clean wait seen")
+                    return
+            else:
+                return
+            name = ctx.kit.pod_name(self.role)
+            self.note(f"restart: host-b in clean wait; SIGTERM to the sidecar of {name} "
+                      f"({self.role}, owns no host)")
+            took = ctx.topo.stop(self.role, "ironic-proxy", timeout=40)
+            ctx.kit.container(self.role, "ironic-proxy")
+            wait_listening(ctx.topo, self.role, API_PORT, what=f"{name}'s restarted sidecar")
+            self.note(f"restart: {name}'s sidecar stopped in {took:.1f} s and listens again")
+            self.restarted = True
+        except Exception as e:  # noqa: BLE001 - reported as a failed check by main
+            self.errors.append(f"restart: {type(e).__name__}: {e}")
+            self.note(f"restart failed: {e}")

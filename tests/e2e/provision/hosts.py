@@ -54,6 +54,13 @@ def enrol(api, name, host, bmc_url, bmc_auth, boot, uuid, agent_tls=True):
     return api.call("POST", "/v1/nodes", json=body).json()["uuid"]
 
 
+def conductor_host(conductor):
+    """The host of a conductor's name as Ironic registers it, `host:port` when the JSON-RPC
+    port is not 8089 (conductor/base_manager.py): an IPv6 address is in brackets there
+    (ironic-image's [DEFAULT]host is IRONIC_URL_HOST), without them here."""
+    return conductor.rsplit(":", 1)[0].strip("[]")
+
+
 def enrol_owned(api, name, host, bmc_url, bmc_auth, boot, allowed, agent_tls=True):
     """Enrols a host with the first of a fixed series of node UUIDs whose owner on the hash
     ring (the node's `conductor`) is in `allowed`: a node enrolled elsewhere is deleted and
@@ -62,7 +69,7 @@ def enrol_owned(api, name, host, bmc_url, bmc_auth, boot, allowed, agent_tls=Tru
         u = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"e2e-provision/{name}/{i}"))
         enrol(api, name, host, bmc_url, bmc_auth, boot, u, agent_tls)
         conductor = api.get(f"/v1/nodes/{u}?fields=conductor")["conductor"]
-        if conductor.rsplit(":", 1)[0] in allowed:
+        if conductor_host(conductor) in allowed:
             # The boot MAC's port, PXE-enabled whatever the boot interface
             # (register.go createPortsForNode: bootMACAddress -> true).
             api.call("POST", "/v1/ports", json={"node_uuid": u, "address": host.mac,
@@ -140,6 +147,29 @@ def vmedia_chain(run, kit, topo, owner, uuid):
               f"vmedia-tls: {elsewhere or 'none'}")
 
 
+def vmedia_chain_lb(run, kit, topo, owner, uuid):
+    """Host B's virtual media in the statefulset layout, from the logs: the ISO its owner built,
+    fetched by sushy-tools (the BMC's address) through the LoadBalancer, on the vmedia-tls
+    listener of whichever pod the LoadBalancer picked, whose sidecar found it on the owner's
+    httpd (the access record's upstream: the owner's address, or 127.0.0.1 on the owner)."""
+    got = [(c, r) for c in CPS for r in report.parse(kit.log(c, "ironic-proxy"))
+           if r.get("listener") == "vmedia-tls" and r.get("path", "").startswith("/redfish/")
+           and uuid in r.get("path", "")]
+    ok = [(c, r) for c, r in got if r.get("status") == "200"
+          and topo.ip("bmc") in r.get("client", "")]
+
+    def on_owner(c, r):
+        up = r.get("upstream", "")
+        return up.startswith(f"{topo.ip(owner)}:") or (c == owner and up.startswith("127.0.0.1:"))
+    run.check("host-b: virtual media through the LoadBalancer, found on its owner",
+              bool(ok) and all(on_owner(c, r) for c, r in ok),
+              f"{len(ok)} GET {ok[0][1]['path'] if ok else '-'} by the BMC ({topo.ip('bmc')}), "
+              f"answered 200 by the sidecar of {', '.join(sorted({c for c, _ in ok})) or '-'} "
+              f"from {', '.join(sorted({r.get('upstream', '-') for _, r in ok})) or '-'} "
+              f"(owner {owner}, {topo.ip(owner)}); statuses "
+              f"{sorted({r.get('status') for _, r in got})}")
+
+
 def publish_image(kit, label, tmp):
     """The whole-disk image with its marker, on every node's httpd (/images/)."""
     marker = f"E2E-PROVISION-MARKER {label}"
@@ -156,18 +186,19 @@ def publish_image(kit, label, tmp):
 def deploy(ctx, label, retry_if=None):
     """As baremetal-operator provisions (pkg/provisioner/ironic/ironic.go Provision and
     getInstanceUpdateOpts: instance_info image_source, image_os_hash_algo/value,
-    image_disk_format; the config drive with the target `active`): a whole-disk image that IPA
-    downloads from a conductor node's boot route (/images/* on the sidecar's plain API port,
-    the node's httpd behind it), on the node `ctx.image_role` (not host A's owner, which the
-    kill fault takes down). Then the disk's content and the deployed image's marker on the
-    serial console.
+    image_disk_format; the config drive with the target `active`): a whole-disk image on every
+    node's httpd, which IPA downloads from `ctx.image_base`: in the standalone layout a
+    conductor node's boot route (/images/* on the sidecar's plain API port) on the node
+    `ctx.image_role` (not host A's owner, which the kill fault takes down); in the statefulset
+    layout the LoadBalancer's vmedia-TLS port (any pod's sidecar, its own httpd behind it).
+    Then the disk's content and the deployed image's marker on the serial console.
 
     retry_if(): called when the deploy fails; if it says the failure is the fault's, the
     deploy is retried once through the proxies."""
     api, kit, run = ctx.api, ctx.kit, ctx.run
     uuid, host = ctx.uuids[label], ctx.hosts[label]
     marker, img, size, digest = publish_image(kit, label, ctx.tmp)
-    url = f"http://{kit.topo.url_host(ctx.image_role)}:6385/images/{label}.img"
+    url = f"{ctx.image_base}/{label}.img"
     api.call("PATCH", f"/v1/nodes/{uuid}", json=[
         {"op": "add", "path": "/instance_info/image_source", "value": url},
         {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
@@ -207,6 +238,8 @@ def lifecycle(ctx, label, until):
     provision(api, uuid, label, "inspect", "manageable")
     if ctx.boot[label] == "ipxe":
         pxe_chain(run, kit, ctx.owners[label], uuid, 0)
+    elif ctx.lb:
+        vmedia_chain_lb(run, kit, kit.topo, ctx.owners[label], uuid)
     else:
         vmedia_chain(run, kit, kit.topo, ctx.owners[label], uuid)
     inv = api.get(f"/v1/nodes/{uuid}/inventory", expect=(200,))

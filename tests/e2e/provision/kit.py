@@ -1,7 +1,8 @@
 """The standalone kit (config/k8s/standalone + components/boot-files) on the nodes of a
-topology, started the way scripts/check-entrypoints starts it (the rendered DaemonSet's
-environment, volumes, users and ironic-image's own entrypoint scripts in a private root), but
-with the real long-running programs in each node's network namespace:
+topology, or the statefulset kit (config/k8s/statefulset: one pod of the StatefulSet per
+namespace on a pod network), started the way scripts/check-entrypoints starts it (the rendered
+workload's environment, volumes, users and ironic-image's own entrypoint scripts in a private
+root), but with the real long-running programs in each node's network namespace:
 
 - `ironic`, `ironic-dbsync`: Ironic from PyPI (a virtualenv bound into the root);
 - `ironic-proxy run`: the sidecar, from the binary under test;
@@ -11,7 +12,10 @@ with the real long-running programs in each node's network namespace:
 
 The site overlay an operator writes is applied to the rendered objects: the peer CIDRs, the
 database host, the sidecar's boot-TLS file (virtual media over TLS), the API's public address
-(the balancer's VIP: what IPA calls) and the kernel's console.
+(the balancer's VIP: what IPA calls) and the kernel's console. For the statefulset kit: the pod
+network as the peer CIDRs, the LoadBalancer address as IRONIC_PROXY_API_VIPS (the manifest's
+own command turns it into every URL a BMC or a ramdisk is given), and each pod's name
+(ironic-0, -1, -2) and resolv.conf as kubelet writes them (the cluster DNS, its search path).
 """
 
 import importlib.machinery
@@ -31,6 +35,7 @@ NAMESPACE = "metal3"
 HTTP_PORT = 6180
 API_PORT = 6385
 VMEDIA_TLS_PORT = 6183
+CLUSTER_DOMAIN = "cluster.local"
 
 
 def check_entrypoints():
@@ -52,8 +57,12 @@ def env_set(c, name, value):
 
 class Kit:
     def __init__(self, topo, tmp, proxy_bin, ironic_venv, password, egress, ca_dir,
-                 ca_next_dir=None):
+                 ca_next_dir=None, variant="standalone", lb=None, nodes=("cp1", "cp2", "cp3"),
+                 dns=None):
+        """variant statefulset: `lb` the LoadBalancer address, `nodes` the roles holding the
+        pods ironic-0, -1, -2 in that order, `dns` the cluster DNS server's address."""
         self.ce = check_entrypoints()
+        self.variant, self.lb, self.nodes, self.dns = variant, lb, list(nodes), dns
         self.topo, self.tmp, self.bin = topo, tmp, proxy_bin
         self.venv = ironic_venv
         src = os.environ.get("IRONIC_IMAGE_SRC") or os.path.join(ROOT, "..", "shared",
@@ -87,10 +96,16 @@ class Kit:
         self.lb_ca = os.path.join(tmp, "lb", "ca")
         self.lb_trust = os.path.join(tmp, "lb", "trusted")
         self._lb_volumes(self.secrets["ironic-proxy-ca"])
-        self.objs = self.ce.render(os.path.join(ROOT, "config", "k8s", "standalone"),
-                                   ["../components/boot-files"])
+        if variant == "statefulset":
+            self.objs = self.ce.render(os.path.join(ROOT, "config", "k8s", "statefulset"))
+        else:
+            self.objs = self.ce.render(os.path.join(ROOT, "config", "k8s", "standalone"),
+                                       ["../components/boot-files"])
         self.cms = {o["metadata"]["name"]: o for o in self.objs if o["kind"] == "ConfigMap"}
-        self._site()
+        if variant == "statefulset":
+            self._site_statefulset()
+        else:
+            self._site()
         self.pods = {}
 
     # ------------------------------------------------------------------ the image, real
@@ -186,9 +201,57 @@ class Kit:
                 # and the VMs share two cores.
                 env_set(c, "NUMWORKERS", "1")
 
+    def _site_statefulset(self):
+        """The operator's overlay on the statefulset kit: the pod network, the LoadBalancer
+        address and the database; for the run, what `_site` sets for the ramdisk and for
+        Ironic's commands to a plain-HTTP agent."""
+        site = self.cms["ironic-proxy-site"]["data"]
+        site["IRONIC_PROXY_PEER_CIDRS"] = ",".join(self.topo.cidrs())
+        site["IRONIC_PROXY_API_VIPS"] = self.lb
+        site["MARIADB_HOST"] = self.topo.ip("svc")
+        site["RUST_LOG"] = "info"
+        for c in self.ce.containers(self.workload()):
+            if c["name"] == "ironic":
+                env_set(c, "IRONIC_IPA_INSECURE", "0")
+                env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
+                env_set(c, "IPA_FORWARD_CONSOLE", "yes")
+                env_set(c, "OS_AGENT__REQUIRE_TLS", "false")
+                env_set(c, "IRONIC_IPA_COLLECT_LLDP", "0")
+                env_set(c, "NUMWORKERS", "1")
+                # The deploy image's URL is on the LoadBalancer's vmedia-TLS port, and the
+                # conductor checks it (ironic/common/image_service.py validate_href, verify =
+                # [DEFAULT]webserver_verify_ca, default: the system's CAs). ironic-image renders
+                # WEBSERVER_CACERT_FILE into that option (ironic-config/ironic.conf.j2): the
+                # bundle the pod mounts for IRONIC_CACERT_FILE. The kit sets neither.
+                env_set(c, "WEBSERVER_CACERT_FILE", "/certs/ca/ironic/tls.crt")
+
     def daemonset(self):
         return next(o for o in self.objs if o["kind"] == "DaemonSet"
                     and o["metadata"]["name"] == "ironic")
+
+    def workload(self):
+        """The Ironic pods' workload: the DaemonSet, or the StatefulSet."""
+        kind = "StatefulSet" if self.variant == "statefulset" else "DaemonSet"
+        return next(o for o in self.objs if o["kind"] == kind
+                    and o["metadata"]["name"] == "ironic")
+
+    def pod_name(self, role):
+        """A StatefulSet pod's name (ironic-<ordinal>), None for a DaemonSet's."""
+        if self.variant != "statefulset" or role not in self.nodes:
+            return None
+        return f"ironic-{self.nodes.index(role)}"
+
+    def conductor(self, role):
+        """The conductor's [DEFAULT]host on a node: its address, or its pod's DNS name."""
+        name = self.pod_name(role)
+        return f"{name}.ironic.{NAMESPACE}.svc" if name else self.topo.ip(role)
+
+    def resolv_conf(self):
+        """/etc/resolv.conf as kubelet writes it for a pod of dnsPolicy ClusterFirst
+        (pkg/kubelet/network/dns/dns.go): the cluster DNS, the namespace's search path,
+        ndots:5."""
+        return (f"search {NAMESPACE}.svc.{CLUSTER_DOMAIN} svc.{CLUSTER_DOMAIN} "
+                f"{CLUSTER_DOMAIN}\nnameserver {self.dns}\noptions ndots:5\n")
 
     def fam(self, role):
         ips = self.topo.addresses(role)
@@ -202,8 +265,8 @@ class Kit:
         restarted container finds its emptyDirs as kubelet keeps them)."""
         if obj is None and role in self.pods:
             return self.pods[role]
-        pod = self.ce.Pod(self.tmp, role, obj or self.daemonset(), self.fam(role), self.cms,
-                          self.secrets)
+        pod = self.ce.Pod(self.tmp, role, obj or self.workload(), self.fam(role), self.cms,
+                          self.secrets, name=None if obj else self.pod_name(role))
         if obj is None:
             self.pods[role] = pod
         return pod
@@ -260,7 +323,15 @@ class Kit:
         else:
             argv = self.ce.container_argv(c, env)
         rec = tempfile.mkdtemp(prefix="rec.", dir=pod.dir)
-        _, script = self.sb.script(pod, c, argv, env, rec, netns=True)
+        pre = ()
+        if self.dns and not pod.host_net:
+            # Inside the container's root, before it starts (the root is read-only after).
+            conf = self.resolv_conf().replace("\n", "\\n")
+            # A fresh file, never through a link the copied /etc may hold.
+            pre = [f"rm -f $R/etc/resolv.conf && printf '{conf}' > $R/etc/resolv.conf"]
+        # exec'd: the program keeps the process group the topology stops (Ironic's master
+        # calls setsid, and would outlive the run as an orphan).
+        _, script = self.sb.script(pod, c, argv, env, rec, netns=True, pre=pre, exec_=True)
         log = os.path.join(self.tmp, f"{role}-{name}.log")
         return self.topo.start(role, name, ["unshare", "-m", "bash", script], log)
 

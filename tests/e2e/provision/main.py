@@ -1,12 +1,17 @@
 """scripts/e2e-provision's scenario (issue 49; docs/e2e.md "Provisioning end to end").
 
     python3 -m provision.main --stack ipv4 --proxy-bin BIN --ironic-venv DIR --bmc-venv DIR
-                              [--ipa DIR] [--keep]
+                              [--variant standalone|statefulset] [--ipa DIR] [--keep]
+
+--variant statefulset (issue 52): config/k8s/statefulset's three pods on a pod network behind a
+LoadBalancer (podnet.py, statefulset.py), host B only (virtual media), IPv4; one fault, a
+sidecar restart (faults.SidecarRestart; none with --no-faults).
 
 Stages, each a check line; the last line is `e2e-provision: N passed, N failed`.
 """
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -21,10 +26,10 @@ import types
 from ironic_proxy_testing.procs import wait_for
 from ironic_proxy_testing.topology import Topology
 
-from . import bmc, report, services
+from . import bmc, podnet, report, services, statefulset
 from . import hosts as hosts_mod
 from .api import Api, Timeline
-from .faults import Faults
+from .faults import Faults, SidecarRestart
 from .kit import API_PORT, Kit, wait_listening
 
 ROLES = ["svc", "bmc", "cp1", "cp2", "cp3"]
@@ -77,8 +82,8 @@ def proxy_logs(tmp):
     return logs + [("sidecar", os.path.join(tmp, f"{r}-ironic-proxy.log")) for r in CPS]
 
 
-def summary(run, tmp):
-    table = report.counts(proxy_logs(tmp))
+def summary(run, tmp, harness=None):
+    table = report.counts(proxy_logs(tmp), harness)
     if not table:
         return
     report.print_counts(table)
@@ -118,10 +123,30 @@ def agent_traffic(run, tmp, uuids):
     return direct
 
 
+def write_result(args, run, timeline, tmp, harness, router, faults):
+    """The run as data: when, what, the result line's figures, the timeline, the counts."""
+    commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)),
+                             "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "status",
+                            "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout.strip() != ""
+    out = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "command": os.environ.get("E2E_PROVISION_COMMAND", "scripts/e2e-provision"),
+           "variant": args.variant, "until": args.until, "commit": commit, "tree_dirty": dirty,
+           "passed": run.passed, "failed": run.failed,
+           "seconds": round(time.monotonic() - run.t0),
+           "timeline": timeline.events if timeline else {},
+           "counts": report.counts(proxy_logs(tmp), harness), "router": router,
+           "faults": faults.events if faults else []}
+    with open(args.result_json, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--stack", default="ipv4", choices=["ipv4", "ipv6", "dual"])
-    p.add_argument("--variant", default="standalone", choices=["standalone"])
+    p.add_argument("--variant", default="standalone", choices=["standalone", "statefulset"])
     p.add_argument("--proxy-bin", required=True)
     p.add_argument("--ironic-venv", required=True)
     p.add_argument("--bmc-venv", required=True)
@@ -132,23 +157,35 @@ def main():
                    choices=["up", "enrolled", "pxe", "inspected", "available", "active"])
     p.add_argument("--no-faults", action="store_true")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--result-json", help="write the result, the timeline and the counts here "
+                   "(scripts/gen-compatibility reads it)")
     args = p.parse_args()
+    sts = args.variant == "statefulset"
+    if sts and (args.stack != "ipv4" or args.until == "pxe"):
+        p.error("--variant statefulset: IPv4 only, and no PXE (virtual media only)")
     run = Run(args)
     tmp = tempfile.mkdtemp(prefix="e2e-provision.")
     os.chmod(tmp, 0o755)
-    topo = Topology(args.stack, roles=ROLES)
-    libvirt = bmc.Libvirt(tmp)
+    if sts:
+        topo = Topology(args.stack, roles=podnet.ROLES, segments=podnet.SEGMENTS)
+    else:
+        topo = Topology(args.stack, roles=ROLES)
+    # The statefulset run keeps its own libvirtd: a standalone run beside it stops its own.
+    libvirt = bmc.Libvirt(tmp, private=sts)
     hosts, api, timeline, faults = {}, None, None, None
     password = secrets.token_hex(12)
     try:
-        run.stage(f"topology ({args.stack}): bridge {topo.bridge}, namespaces "
-                  f"{', '.join(topo.netns(r) for r in ROLES)}")
+        run.stage(f"topology ({args.stack}, {args.variant}): bridges "
+                  f"{', '.join(topo.bridges())}, namespaces "
+                  f"{', '.join(topo.netns(r) for r in topo.roles)}")
         topo.up()
-        for vip in topo.addresses("vip"):  # the balancer's address, in svc
+        if sts:  # the router, the LoadBalancer, the hosts' DHCP
+            podnet.start(topo, tmp)
+        for vip in [] if sts else topo.addresses("vip"):  # the balancer's address, in svc
             topo.add_address("svc", vip, record=False)
         # libvirtd first: its QEMU capability probe overlaps the control plane's start.
         libvirt.start()
-        warm = subprocess.Popen(["virsh", "-c", "qemu:///system", "domcapabilities",
+        warm = subprocess.Popen(["virsh", "-c", bmc.URI, "domcapabilities",
                                  "--virttype", "qemu"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         ipa = ipa_files(args.ipa)
@@ -158,45 +195,85 @@ def main():
         real_ipa = ipa is not None
         ipa = ipa or placeholder_ipa(tmp)
         kit = Kit(topo, tmp, args.proxy_bin, args.ironic_venv, password,
-                  f"ironic:{secrets.token_hex(24)}", args.ca_dir, args.ca_next_dir)
+                  f"ironic:{secrets.token_hex(24)}", args.ca_dir, args.ca_next_dir,
+                  **(dict(variant="statefulset", lb=podnet.LB, nodes=CPS,
+                          dns=topo.ip("svc")) if sts else {}))
         run.stage("shared services: MariaDB, DNS")
         services.start_mariadb(topo, tmp, password)
-        services.start_dns(topo, tmp)
+        services.start_dns(topo, tmp, {r: kit.pod_name(r) for r in CPS} if sts else None)
         run.stage("schema Job (rundatabase-upgrade) on cp1")
         kit.db_upgrade("cp1")
-        run.stage("control-plane nodes: sidecar, Ironic, httpd from the rendered kit")
+        run.stage("control-plane nodes: sidecar, Ironic, httpd from the rendered kit"
+                  + (" (pods ironic-0, -1, -2 on the pod network)" if sts else ""))
         for role in CPS:
             kit.start_node(role, ipa)
         for role in CPS:
             wait_listening(topo, role, API_PORT, what=f"{role} sidecar API")
             wait_for(f"{role} Ironic socket", lambda r=role: os.path.exists(
                 os.path.join(kit.shared(r), "ironic.sock")), 600, interval=1)
-        services.start_balancer(topo, tmp, kit, args.proxy_bin)
-        services.start_dhcp(kit)
-        api = Api(topo.netns("svc"), f"https://{topo.url_host('vip')}:{API_PORT}",
+        if sts:
+            podnet.wait_lb(topo)
+            front = podnet.LB
+        else:
+            services.start_balancer(topo, tmp, kit, args.proxy_bin)
+            services.start_dhcp(kit)
+            front = topo.url_host("vip")
+        api = Api(topo.netns("svc"), f"https://{front}:{API_PORT}",
                   ("admin", password), kit.client_ca)
+        via = "the LoadBalancer" if sts else "the balancer"
 
         def conductors():
             got = api.get("/v1/conductors?fields=hostname,alive", timeout=10)["conductors"]
             return sorted(c["hostname"] for c in got if c["alive"])
-        alive = wait_for("three conductors alive through the balancer",
+        alive = wait_for(f"three conductors alive through {via}",
                          lambda: len(conductors()) == 3 and conductors(), 300, interval=2)
-        run.check("up: three conductors through the balancer (TLS, Basic auth)", True,
+        run.check(f"up: three conductors through {via} (TLS, Basic auth)", True,
                   ", ".join(alive))
+        if sts:
+            podnet.isolation(run, topo)
+            podnet.vmedia_probe(run, topo, kit, "cp2")
         if args.until == "up":
             return
-        run.stage("BMC: sushy-tools on libvirt; hosts A (PXE) and B (virtual media)")
+        run.stage("BMC: sushy-tools on libvirt; " + ("host B (virtual media) on the hosts' "
+                  "network" if sts else "hosts A (PXE) and B (virtual media)"))
         warm.wait(timeout=600)
         libvirt.storage_pool()
         users = os.path.join(tmp, "bmc-htpasswd")
         bmc_pw = secrets.token_hex(8)
         os.system(f"htpasswd -nbB admin {bmc_pw} > {users}")
         bmc.start_sushy(topo, tmp, args.bmc_venv, users, kit.client_ca)
-        hosts["host-a"] = bmc.Host(tmp, topo.tag, "host-a", MAC_A, topo.bridge, pxe=True)
-        hosts["host-b"] = bmc.Host(tmp, topo.tag, "host-b", MAC_B, topo.bridge, pxe=False)
+        if not sts:
+            hosts["host-a"] = bmc.Host(tmp, topo.tag, "host-a", MAC_A, topo.bridge, pxe=True)
+        hosts["host-b"] = bmc.Host(tmp, topo.tag, "host-b", MAC_B,
+                                   topo.segment_bridge("vm") if sts else topo.bridge, pxe=False)
         timeline = Timeline(api)
         bmc_url = f"http://{topo.url_host('bmc')}:{bmc.REDFISH_PORT}"
         auth = ("admin", bmc_pw)
+        if sts:
+            ctx = statefulset.enrol(run, api, kit, topo, tmp, args, hosts, bmc_url, auth, timeline)
+            hosts_mod.provision(api, ctx.uuids["host-b"], "host-b", "manage", "manageable",
+                                timeout=300)
+            run.check("enrolled and managed: host-b (redfish-virtual-media, sushy-tools + "
+                      "libvirt)", True)
+            statefulset.jsonrpc_by_name(run, tmp)
+            if args.until == "enrolled" or not real_ipa:
+                return
+            run.stage("inspect, provide, deploy: host-b through the LoadBalancer")
+            spare = next(r for r in CPS if r != ctx.owners["host-b"])
+            if not args.no_faults and args.until in ("available", "active"):
+                faults = SidecarRestart(ctx, spare, timeline.t0)
+                faults.start()
+            hosts_mod.lifecycle(ctx, "host-b", args.until)
+            if faults:
+                faults.close()
+                run.check(f"fault: the sidecar of {kit.pod_name(spare)} ({spare}) restarted "
+                          "while host-b's agent heartbeated",
+                          faults.restarted and not faults.errors,
+                          "; ".join(f"{t} s {text}" for t, text in faults.events + [
+                              (0, e) for e in faults.errors]) or "never in clean wait")
+            if args.until in ("available", "active"):
+                statefulset.agent_traffic(run, tmp, topo, ctx.uuids["host-b"])
+            return
         ip_role = {topo.ip(r): r for r in CPS}
         # A's owner is not cp1: cp1's sidecar is the boot.ipxe URL the DHCP server hands out,
         # and the kill fault takes A's owner down. B's owner is another node.
@@ -207,15 +284,16 @@ def main():
         # A's keeps IPA's automatic TLS, Metal3's default (agent_traffic).
         b, cond_b, tries_b = hosts_mod.enrol_owned(
             api, "host-b", hosts["host-b"], bmc_url, auth, "redfish-virtual-media",
-            set(ip_role) - {cond_a.rsplit(":", 1)[0]}, agent_tls=False)
-        owners = {"host-a": ip_role[cond_a.rsplit(":", 1)[0]],
-                  "host-b": ip_role[cond_b.rsplit(":", 1)[0]]}
+            set(ip_role) - {hosts_mod.conductor_host(cond_a)}, agent_tls=False)
+        owners = {"host-a": ip_role[hosts_mod.conductor_host(cond_a)],
+                  "host-b": ip_role[hosts_mod.conductor_host(cond_b)]}
         spare = next(r for r in CPS if r not in owners.values())
         ctx = types.SimpleNamespace(
             api=api, kit=kit, topo=topo, run=run, tmp=tmp, proxy_bin=args.proxy_bin,
             uuids={"host-a": a, "host-b": b}, hosts=hosts, owners=owners,
             boot={"host-a": "ipxe", "host-b": "redfish-virtual-media"},
-            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={})
+            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={}, lb=None,
+            image_base=f"http://{topo.url_host(owners['host-b'])}:{API_PORT}/images")
         for label, u in ctx.uuids.items():
             timeline.watch(u, label)
         run.check("A and B owned by different conductors", owners["host-a"] != owners["host-b"],
@@ -295,8 +373,10 @@ def main():
             print("faults:")
             for t, text in faults.events:
                 print(f"  {t:7.1f} s  {text}")
+        router = podnet.counters(topo) if sts and topo.built else {}
+        podnet.print_counters(router)
         try:
-            summary(run, tmp)
+            summary(run, tmp, topo.ip("rtr") if sts else None)
             report.print_failures(report.log_failures(
                 tmp, CPS, {label: h.console for label, h in hosts.items()}))
         except Exception as e:  # noqa: BLE001 - the summary must not hide the cleanup
@@ -307,12 +387,20 @@ def main():
             h.destroy()
         topo.down()
         libvirt.stop()
+        if args.result_json:
+            try:
+                write_result(args, run, timeline, tmp, topo.ip("rtr") if sts else None, router,
+                             faults)
+            except Exception as e:  # noqa: BLE001 - reported, the run's result stands
+                print(f"e2e-provision: cannot write {args.result_json}: {e!r}")
         if args.keep:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
         print(f"e2e-provision: {run.passed} passed, {run.failed} failed "
               f"({time.monotonic() - run.t0:.0f} s)")
+        if sts:  # its stages end by returning from the try
+            sys.exit(1 if run.failed else 0)
     sys.exit(1 if run.failed else 0)
 
 

@@ -30,15 +30,31 @@ def parse(path):
     return out
 
 
-def kind(rec, who):
-    """The path a request took, or None for health probes."""
+def client_ip(client):
+    """The address of an access record's client (`[::ffff:172.22.0.1]:55676`, `1.2.3.4:5`)."""
+    host = client.rsplit(":", 1)[0] if client.count(":") == 1 or "]" in client else client
+    host = host.strip("[]")
+    return host[7:] if host.startswith("::ffff:") else host
+
+
+def kind(rec, who, harness=None):
+    """The path a request took, or None for health probes. harness: the address the harness's
+    requests come from through a LoadBalancer in front of the sidecars (the statefulset
+    layout), whose API records are then split by client as the balancer's are."""
     if rec.get("user_agent") == "ironic-proxy-health":
         return None
     listener, path = rec.get("listener"), rec.get("path", "")
+    client = rec.get("client", "")
     if who == "balancer":
-        if VM.search(rec.get("client", "")):
+        if VM.search(client):
             return "API through the balancer: IPA (lookup, heartbeat, inspection)"
         return "API through the balancer: harness (as BMO)"
+    if harness and listener == "api":
+        if VM.search(client):
+            return "API through the LoadBalancer: IPA (lookup, heartbeat, inspection)"
+        if client_ip(client) == harness:
+            return "API through the LoadBalancer: harness (as BMO)"
+        return "API from a peer sidecar (second hop)"
     if listener == "json-rpc-egress":
         if rec.get("rpc_method") not in (None, "-", "other"):
             return "JSON-RPC through the egress"
@@ -47,6 +63,8 @@ def kind(rec, who):
         return "relay, other (Redfish to the BMC; egress)"
     if listener == "json-rpc":
         return "JSON-RPC received (mutual TLS)"
+    if listener == "vmedia-tls" and path.startswith("/images/"):
+        return "deploy image over TLS (vmedia-tls port)"
     if listener == "vmedia-tls":
         return "virtual media (vmedia-tls)"
     if listener == "boot-tls":
@@ -56,12 +74,12 @@ def kind(rec, who):
     return "API at a sidecar"
 
 
-def counts(logs):
+def counts(logs, harness=None):
     """{kind: {"requests": n, "failed": n, "blame": {party: n}}} over (who, path) logs."""
     table = {}
     for who, path in logs:
         for rec in parse(path):
-            k = kind(rec, who)
+            k = kind(rec, who, harness)
             if k is None:
                 continue
             row = table.setdefault(k, {"requests": 0, "failed": 0, "blame": {}})

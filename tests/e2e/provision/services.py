@@ -39,14 +39,18 @@ def start_mariadb(topo, tmp, password):
     return sock
 
 
-def start_dns(topo, tmp):
+def start_dns(topo, tmp, pods=None):
     """dnsmasq as the cluster DNS on svc:53: the headless Service's records (every node's
-    addresses); SIGHUP after rewriting the hosts file changes them."""
+    addresses) and, given `pods` ({role: pod name}, a StatefulSet's), each pod's own record
+    <pod>.<service>.<namespace>.svc.<domain>; SIGHUP after rewriting the hosts file changes
+    them."""
     hosts = os.path.join(tmp, "dns-hosts")
     with open(hosts, "w") as f:
         for role in ("cp1", "cp2", "cp3"):
             for ip in topo.addresses(role):
                 f.write(f"{ip} {SERVICE}\n")
+                if pods:
+                    f.write(f"{ip} {pods[role]}.{SERVICE}\n")
     topo.start("svc", "dns", [
         "dnsmasq", "--keep-in-foreground", "--no-daemon", "--conf-file=/dev/null", "--port=53",
         f"--listen-address={topo.ip('svc')}", "--bind-interfaces", "--no-resolv",
