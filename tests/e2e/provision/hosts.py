@@ -5,7 +5,6 @@ chain through the sidecars' boot routes, host B's virtual media fetched by the B
 owner's vmedia TLS listener)."""
 
 import os
-import re
 import shutil
 import uuid as uuidlib
 
@@ -103,12 +102,9 @@ def provision(api, uuid, label, verb, want, body=None, timeout=STEP, stuck=None)
         raise Failure(f"{label}: {n['provision_state']}: {n.get('last_error')}")
 
 
-VM_ADDRESS = re.compile(r"172\.22\.0\.1\d\d(?!\d)|fd2e:22::1\d\d(?![0-9a-f])")
-
-
 def vm_client(rec):
-    """Whether an access record's client is a VM (the DHCP range, .100-.199)."""
-    return bool(VM_ADDRESS.search(rec.get("client", "")))
+    """Whether an access record's client is a VM (the DHCP range, host part 100-199)."""
+    return report.is_vm(rec.get("client", ""))
 
 
 def pxe_chain(run, kit, owner, uuid, timeout):

@@ -1,12 +1,12 @@
 """Request counts per path, from the proxies' access logs (one line per request, with the
 listener, the upstream, the JSON-RPC method, the status and who failed it: `blame`)."""
 
+import ipaddress
 import json
 import re
 
 FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 # A VM's address (the DHCP range .100-.199), as a proxy logs its client.
-VM = re.compile(r"172\.22\.0\.1\d\d(?!\d)|fd2e:22::1\d\d(?![0-9a-f])")
 BOOT = ("/boot.ipxe", "/pxelinux.cfg/", "/grub.cfg-01-", "/inspector.ipxe", "/images/")
 
 
@@ -37,6 +37,17 @@ def client_ip(client):
     return host[7:] if host.startswith("::ffff:") else host
 
 
+def is_vm(client):
+    """Whether an access record's client is a VM: host part 100-199 of the run's networks (the
+    DHCP range; in IPv6 too, so fd2e:22::64 to ::c7 in hex)."""
+    try:
+        ip = ipaddress.ip_address(client_ip(client))
+    except ValueError:
+        return False
+    net = ipaddress.ip_network("172.22.0.0/24" if ip.version == 4 else "fd2e:22::/64")
+    return ip in net and 100 <= int(ip) - int(net.network_address) <= 199
+
+
 def kind(rec, who, harness=None):
     """The path a request took, or None for health probes. harness: the address the harness's
     requests come from through a LoadBalancer in front of the sidecars (the statefulset
@@ -46,11 +57,11 @@ def kind(rec, who, harness=None):
     listener, path = rec.get("listener"), rec.get("path", "")
     client = rec.get("client", "")
     if who == "balancer":
-        if VM.search(client):
+        if is_vm(client):
             return "API through the balancer: IPA (lookup, heartbeat, inspection)"
         return "API through the balancer: harness (as BMO)"
     if harness and listener == "api":
-        if VM.search(client):
+        if is_vm(client):
             return "API through the LoadBalancer: IPA (lookup, heartbeat, inspection)"
         if client_ip(client) == harness:
             return "API through the LoadBalancer: harness (as BMO)"
