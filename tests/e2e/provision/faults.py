@@ -46,9 +46,10 @@ def issuer_of(pem_path):
 
 def served_issuer(topo, role, host, port):
     """The issuer of the certificate a TLS listener presents (openssl s_client from a role's
-    namespace)."""
+    namespace; an IPv6 address in brackets, which -connect needs)."""
+    at = f"{topo.url_host(host)}:{port}"
     p = subprocess.run(topo.wrap(role, [
-        "sh", "-c", f"openssl s_client -connect {host}:{port} -servername {host} </dev/null "
+        "sh", "-c", f"openssl s_client -connect {at} -servername {host} </dev/null "
         "2>/dev/null | openssl x509 -noout -issuer"]), capture_output=True, text=True,
         timeout=30)
     return p.stdout.strip()
@@ -57,7 +58,7 @@ def served_issuer(topo, role, host, port):
 def verifies_with(topo, role, host, port, ca):
     """Whether a TLS client trusting only `ca` accepts a listener's certificate."""
     p = subprocess.run(topo.wrap(role, [
-        "sh", "-c", f"openssl s_client -connect {host}:{port} -verify_return_error "
+        "sh", "-c", f"openssl s_client -connect {topo.url_host(host)}:{port} -verify_return_error "
         f"-CAfile {ca} </dev/null >/dev/null 2>&1"]), timeout=30)
     return p.returncode == 0
 
