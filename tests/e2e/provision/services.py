@@ -19,7 +19,9 @@ def start_mariadb(topo, tmp, password):
     datadir, sock = os.path.join(tmp, "mysql"), os.path.join(tmp, "mysql.sock")
     run(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
          "--auth-root-authentication-method=socket", "--skip-test-db"], "mariadb-install-db")
-    bind = topo.ip("svc") if len(topo.subnets) == 1 else "::"
+    # Dual stack: both addresses (a list, MariaDB 10.11 and later). `::` listened on IPv6
+    # only here, and Ironic's IPv4 connection was refused.
+    bind = ",".join(topo.addresses("svc"))
     topo.start("svc", "mariadbd", [
         "mariadbd", "--no-defaults", "--user=root", f"--datadir={datadir}", f"--socket={sock}",
         f"--bind-address={bind}", "--port=3306", "--skip-name-resolve",
