@@ -399,9 +399,9 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
         print(f"e2e-provision: {run.passed} passed, {run.failed} failed "
               f"({time.monotonic() - run.t0:.0f} s)")
-        if sts:  # its stages end by returning from the try
-            sys.exit(1 if run.failed else 0)
-    sys.exit(1 if run.failed else 0)
+        # Here, not after the try: the stages end early (`--until`) by returning from it, and
+        # a failed check must still fail the run.
+        sys.exit(1 if run.failed else 0)
 
 
 if __name__ == "__main__":
