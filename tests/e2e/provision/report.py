@@ -3,6 +3,7 @@ listener, the upstream, the JSON-RPC method, the status and who failed it: `blam
 
 import ipaddress
 import json
+import os
 import re
 
 FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
@@ -138,6 +139,22 @@ def agent_commands(tmp, roles, uuid=None):
                                           text))
         out["polls"] += text.count("Fetching status of agent commands" + node)
     return out
+
+
+def check_agent_relay(run, tmp, roles, uuid, route=""):
+    """The check that Ironic's commands to a plain-HTTP agent left through the egress: at least
+    as many `:9999` relays in the sidecars' access logs as Ironic logged commands and status
+    polls for the node."""
+    relay = [rec for r in roles for rec in parse(os.path.join(tmp, f"{r}-ironic-proxy.log"))
+             if rec.get("listener") == "json-rpc-egress"
+             and rec.get("upstream", "").endswith(":9999")]
+    plain = agent_commands(tmp, roles, uuid)
+    want = plain["commands"] + plain["polls"]
+    run.check("Ironic's commands to host-b's agent (plain HTTP): through the egress relay",
+              want > 0 and len(relay) >= want,
+              f"{len(relay)} relayed to :9999 (statuses {sorted({r['status'] for r in relay})}) "
+              f"for {plain['commands']} commands and {plain['polls']} status polls in Ironic's "
+              f"logs{route}")
 
 
 UUIDS = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

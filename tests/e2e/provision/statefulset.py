@@ -32,15 +32,8 @@ def agent_traffic(run, tmp, topo, uuid):
               any(x[1].get("status") == "200" for x in image),
               f"{len(image)} GET {image[0][1]['path'] if image else '-'} on the vmedia-tls port "
               f"({pods(image)}; statuses {sorted({x[1]['status'] for x in image})})")
-    relay = [rec for _, rec in recs if rec.get("listener") == "json-rpc-egress"
-             and rec.get("upstream", "").endswith(":9999")]
-    plain = report.agent_commands(tmp, CPS, uuid)
-    want = plain["commands"] + plain["polls"]
-    run.check("Ironic's commands to host-b's agent (plain HTTP): through the egress relay",
-              want > 0 and len(relay) >= want,
-              f"{len(relay)} relayed to :9999 (statuses {sorted({r['status'] for r in relay})}) "
-              f"for {plain['commands']} commands and {plain['polls']} status polls in Ironic's "
-              "logs, routed from the pod network to the hosts' network")
+    report.check_agent_relay(run, tmp, CPS, uuid,
+                             ", routed from the pod network to the hosts' network")
     got = podnet.counters(topo)
     run.check("the router: the hosts' and the BMC's networks through the LoadBalancer",
               got.get("vms to lb", 0) > 0 and got.get("bmcs to lb", 0) > 0,
@@ -69,7 +62,7 @@ def enrol(run, api, kit, topo, tmp, args, hosts, bmc_url, auth, timeline):
     b, cond, tries = hosts_mod.enrol_owned(
         api, "host-b", hosts["host-b"], bmc_url, auth, "redfish-virtual-media",
         set(conductor_role), agent_tls=False)
-    owner = conductor_role[cond.rsplit(":", 1)[0]]
+    owner = conductor_role[hosts_mod.conductor_host(cond)]
     timeline.watch(b, "host-b")
     run.check("host-b enrolled through the LoadBalancer", True,
               f"{b} (redfish-virtual-media) -> {cond} ({owner}, pod {kit.pod_name(owner)}, "
