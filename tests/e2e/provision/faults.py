@@ -19,6 +19,7 @@
 """
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -112,7 +113,9 @@ class Faults:
         """Kills A's owner while A waits for its call-back with its agent writing the image
         (fast track: the agent of cleaning deploys, so the first unlocked wait is
         `write_image`'s) and no conductor holds A's lock. A node locked by the dead
-        conductor is never released with a JSON-RPC port other than 8089 (see `stuck`)."""
+        conductor is never released with a JSON-RPC port other than 8089 (see `stuck`), so
+        the owner is frozen first and the lock read from the database while it cannot take
+        one (`_unlocked_frozen`); a lock found there thaws it and the loop waits on."""
         ctx = self.ctx
         while not self.stop_evt.wait(0.5):
             try:
@@ -124,10 +127,16 @@ class Faults:
                     and n.get("target_provision_state") == "active"
                     and step not in (None, "deploy") and not n.get("reservation")):
                 owner = ctx.owners["host-a"]
+                ctx.topo.signal(owner, signal.SIGSTOP)
+                why = self._unlocked_frozen(owner)
+                if why:
+                    ctx.topo.signal(owner, signal.SIGCONT)
+                    self.note(f"kill: not yet, {why}")
+                    continue
                 self.killed_at = (n["provision_state"], step)
                 self.note(f"kill: host-a in {n['provision_state']} (deploy step {step}, not "
-                          f"locked); SIGKILL every process of {owner} ({ctx.topo.ip(owner)}), "
-                          "its owner")
+                          f"locked: read from the database with {owner} frozen); SIGKILL "
+                          f"every process of {owner} ({ctx.topo.ip(owner)}), its owner")
                 self.kill_time = time.monotonic()
                 ctx.topo.kill(owner)
                 self.dead.add(owner)
@@ -136,6 +145,32 @@ class Faults:
                 self.note(f"kill: host-a reached {n['provision_state']} before its agent "
                           "ran a deploy step past `deploy`: not killed")
                 return
+
+    def _unlocked_frozen(self, owner):
+        """With every process of `owner` stopped (SIGSTOP): None when host A is still in
+        `wait call-back` and unlocked, else why not. Read from MariaDB, once none of the
+        owner's connections runs a statement (a reservation the owner sent before it stopped
+        has then either committed, and shows here, or waits uncommitted in a transaction,
+        which the kill's closed connection rolls back)."""
+        topo, db = self.ctx.topo, self.ctx.db
+        owner_ips = set(topo.addresses(owner))
+        deadline = time.monotonic() + 10
+        while True:
+            rows = db("SELECT host, command FROM information_schema.processlist "
+                      "WHERE user = 'ironic'")
+            busy = [r for r in rows if r[1] != "Sleep"
+                    and r[0].rsplit(":", 1)[0].strip("[]") in owner_ips]
+            if not busy:
+                break
+            if time.monotonic() > deadline:
+                return f"{owner} froze with a statement running: {busy}"
+            time.sleep(0.1)
+        rows = db("SELECT provision_state, reservation FROM nodes WHERE uuid = "
+                  f"'{self.ctx.uuids['host-a']}'")
+        state, reservation = rows[0]
+        if state != "wait call-back" or reservation is not None:
+            return f"host-a {state}, reserved by {reservation}"
+        return None
 
     def stuck(self, n):
         """Why host A cannot move any more, or None: Ironic reserves a node under

@@ -191,7 +191,7 @@ def main():
                   **(dict(variant="statefulset", lb=podnet.LB, nodes=CPS,
                           dns=topo.ip("svc")) if sts else {}))
         run.stage("shared services: MariaDB, DNS")
-        services.start_mariadb(topo, tmp, password)
+        db = services.db_reader(services.start_mariadb(topo, tmp, password))
         services.start_dns(topo, tmp, {r: kit.pod_name(r) for r in CPS} if sts else None)
         run.stage("schema Job (rundatabase-upgrade) on cp1")
         kit.db_upgrade("cp1")
@@ -284,7 +284,7 @@ def main():
             api=api, kit=kit, topo=topo, run=run, tmp=tmp, proxy_bin=args.proxy_bin,
             uuids={"host-a": a, "host-b": b}, hosts=hosts, owners=owners,
             boot={"host-a": "ipxe", "host-b": "redfish-virtual-media"},
-            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={}, lb=None,
+            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={}, lb=None, db=db,
             image_base=f"http://{topo.url_host(owners['host-b'])}:{API_PORT}/images")
         for label, u in ctx.uuids.items():
             timeline.watch(u, label)

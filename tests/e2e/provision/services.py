@@ -41,6 +41,20 @@ def start_mariadb(topo, tmp, password):
     return sock
 
 
+def db_reader(sock):
+    """A function running one SELECT as MariaDB's root (its socket) on Ironic's database:
+    the rows as tuples of strings, NULL as None."""
+    def query(statement):
+        out = subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-uroot",
+                              "--batch", "--skip-column-names", "ironic", "-e", statement],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode != 0:
+            raise Failure(f"MariaDB: {statement}: {out.stderr.strip()}")
+        return [tuple(None if v == "NULL" else v for v in line.split("\t"))
+                for line in out.stdout.splitlines()]
+    return query
+
+
 def start_dns(topo, tmp, pods=None):
     """dnsmasq as the cluster DNS on svc:53: the headless Service's records (every node's
     addresses) and, given `pods` ({role: pod name}, a StatefulSet's), each pod's own record

@@ -261,6 +261,12 @@ class Topology:
         self.procs[role] = [(n, p) for n, p in self.procs[role] if (n, p) not in chosen]
         return time.monotonic() - t0
 
+    def signal(self, role, sig):
+        """Sends sig to every process group we started in a role (SIGSTOP freezes the node,
+        SIGCONT thaws it)."""
+        for _, p in self.procs[role]:
+            _signal_group(p, sig)
+
     def kill(self, role, name=None):
         """SIGKILL to every process group we started in a role: the node dies as a machine
         would, nothing shuts down cleanly."""
