@@ -18,6 +18,7 @@ own command turns it into every URL a BMC or a ramdisk is given), and each pod's
 (ironic-0, -1, -2) and resolv.conf as kubelet writes them (the cluster DNS, its search path).
 """
 
+import base64
 import importlib.machinery
 import importlib.util
 import os
@@ -48,6 +49,17 @@ def check_entrypoints():
     return mod
 
 
+def applied_secrets(objs):
+    """{Secret name: {key: bytes}} of the applied objects (data base64, stringData text)."""
+    out = {}
+    for o in objs:
+        if o["kind"] == "Secret":
+            d = {k: base64.b64decode(v) for k, v in (o.get("data") or {}).items()}
+            d.update({k: v.encode() for k, v in (o.get("stringData") or {}).items()})
+            out[o["metadata"]["name"]] = d
+    return out
+
+
 def env_set(c, name, value):
     """Sets (or replaces) one environment variable of a container spec."""
     env = c.setdefault("env", [])
@@ -58,9 +70,11 @@ def env_set(c, name, value):
 class Kit:
     def __init__(self, topo, tmp, proxy_bin, ironic_venv, password, egress, ca_dir,
                  ca_next_dir=None, variant="standalone", lb=None, nodes=("cp1", "cp2", "cp3"),
-                 dns=None):
+                 dns=None, objs=None):
         """variant statefulset: `lb` the LoadBalancer address, `nodes` the roles holding the
-        pods ironic-0, -1, -2 in that order, `dns` the cluster DNS server's address."""
+        pods ironic-0, -1, -2 in that order, `dns` the cluster DNS server's address.
+        `objs`: what the quick start applied (quickstart.render), Secrets included; the kit is
+        then those objects, and `password` and `egress` are not used."""
         self.ce = check_entrypoints()
         self.variant, self.lb, self.nodes, self.dns = variant, lb, list(nodes), dns
         self.topo, self.tmp, self.bin = topo, tmp, proxy_bin
@@ -90,13 +104,22 @@ class Kit:
         self.client_ca = os.path.join(tmp, "clients-ca.crt")
         shutil.copyfile(os.path.join(self.ca, "ca.crt"), self.client_ca)
         self.password, self.egress = password, egress
-        self.secrets = self._secrets()
+        self.quickstart = objs is not None
+        self.secrets = applied_secrets(objs) if objs else self._secrets()
+        if self.quickstart:
+            ca_pem = self.secrets["ironic-proxy-ca"]["ca.crt"]
+            if ca_pem != open(os.path.join(self.ca, "ca.crt"), "rb").read():
+                raise Failure("the quick start's Secret ironic-proxy-ca is not the run's CA")
+            with open(os.path.join(tmp, "htpasswd"), "wb") as f:
+                f.write(self.secrets["ironic-htpasswd"]["htpasswd"])
         # The balancer's mounts of the Secret ironic-proxy-ca (as the DaemonSet mounts it): the
         # issuer directory and the trust bundle (key ca-bundle.crt as ca.crt).
         self.lb_ca = os.path.join(tmp, "lb", "ca")
         self.lb_trust = os.path.join(tmp, "lb", "trusted")
         self._lb_volumes(self.secrets["ironic-proxy-ca"])
-        if variant == "statefulset":
+        if objs:
+            self.objs = objs
+        elif variant == "statefulset":
             self.objs = self.ce.render(os.path.join(ROOT, "config", "k8s", "statefulset"))
         else:
             self.objs = self.ce.render(os.path.join(ROOT, "config", "k8s", "standalone"),
@@ -130,8 +153,16 @@ class Kit:
         for src, name in (("undionly.kpxe", "undionly.kpxe"),
                           ("snponly.efi", "snponly-x86_64.efi")):
             shutil.copyfile(f"/usr/lib/ipxe/{src}", os.path.join(layer, "tftpboot", name))
-        # dnsmasq: the host's own (Debian's), the recorder removed from the layer.
-        os.unlink(os.path.join(layer, "usr/sbin/dnsmasq"))
+        # dnsmasq: Debian's, in place of the recorder, with the file capabilities ironic-image
+        # gives it (configure-nonroot.sh: setcap cap_net_raw,cap_net_admin,
+        # cap_net_bind_service=+eip), which the DHCP component's user 997 needs for ports 67
+        # and 69 (a container runtime gives a non-root process no added capability itself).
+        dnsmasq = os.path.join(layer, "usr/sbin/dnsmasq")
+        os.unlink(dnsmasq)
+        shutil.copyfile("/usr/sbin/dnsmasq", dnsmasq)
+        os.chmod(dnsmasq, 0o755)
+        subprocess.run(["setcap", "cap_net_raw,cap_net_admin,cap_net_bind_service=+eip",
+                        dnsmasq], check=True)
         for rel, body in progs.items():
             path = os.path.join(layer, rel)
             with open(path, "w") as f:
@@ -153,9 +184,23 @@ class Kit:
                 "ironic-proxy-metrics": {"token": b"e2e-provision-metrics\n"},
                 "ironic-htpasswd": {"htpasswd": ht}}
 
+    def api_auth(self):
+        """(user, password) of the API: the Secret baremetal-operator reads (quick start), else
+        the run's own."""
+        if self.quickstart:
+            c = self.secrets["ironic-credentials"]
+            return c["username"].decode().strip(), c["password"].decode().strip()
+        return "admin", self.password
+
     def _site(self):
-        """The operator's overlay on the rendered kit."""
+        """The operator's overlay on the rendered kit: the site facts (given by the quick
+        start's first command already, for IPv4), then what the run needs of its containers."""
         vip = self.topo.url_host("vip")
+        if not self.quickstart or self.topo.stack != "ipv4":
+            self._site_facts()
+        self._containers_overlay(vip)
+
+    def _site_facts(self):
         site = self.cms["ironic-proxy-site"]["data"]
         site["IRONIC_PROXY_PEER_CIDRS"] = ",".join(self.topo.cidrs())
         # The site facts of config/k8s/common/site.yaml for this topology: every sidecar's
@@ -168,6 +213,8 @@ class Kit:
             f"{a},{b},{'255.255.255.0' if p == 24 else p}" for a, b, p in self.topo.dhcp_ranges())
         site["MARIADB_HOST"] = self.topo.url_host("svc")
         site["RUST_LOG"] = "info"
+
+    def _containers_overlay(self, vip):
         ds = self.daemonset()
         for c in self.ce.containers(ds):
             if c["name"] == "ironic-proxy":
@@ -312,12 +359,12 @@ class Kit:
         os.replace(tmp, self.client_ca)
 
     # ------------------------------------------------------------------ running containers
-    def container(self, role, name, pod=None):
+    def container(self, role, name, pod=None, env_extra=None, pre_extra=()):
         """Starts one container of the node's pod in the node's namespace (a long-running
         process of the topology, named after the container)."""
         pod = pod or self.pod(role)
         c = next(c for c in self.ce.containers(pod.obj) if c["name"] == name)
-        env = pod.env(c)
+        env = dict(pod.env(c), **(env_extra or {}))
         if "ironic-proxy" in c.get("image", ""):
             argv = ["/usr/local/bin/ironic-proxy", *c.get("args", [])]
         else:
@@ -329,30 +376,66 @@ class Kit:
             conf = self.resolv_conf().replace("\n", "\\n")
             # A fresh file, never through a link the copied /etc may hold.
             pre = [f"rm -f $R/etc/resolv.conf && printf '{conf}' > $R/etc/resolv.conf"]
+        pre = list(pre) + list(pre_extra)
         # exec'd: the program keeps the process group the topology stops (Ironic's master
         # calls setsid, and would outlive the run as an orphan).
         _, script = self.sb.script(pod, c, argv, env, rec, netns=True, pre=pre, exec_=True)
         log = os.path.join(self.tmp, f"{role}-{name}.log")
         return self.topo.start(role, name, ["unshare", "-m", "bash", script], log)
 
-    def db_upgrade(self, role):
-        """The kit's schema Job (ironic-image's rundatabase-upgrade), run to completion on a
-        node."""
+    def job(self, role, component, env_extra=None, pre_extra=()):
+        """The kit's Job of that component (label app.kubernetes.io/component), run to
+        completion on a node; its name."""
         job = next(o for o in self.objs if o["kind"] == "Job" and
                    o["metadata"].get("labels", {}).get("app.kubernetes.io/component") ==
-                   "db-upgrade")
+                   component)
         pod = self.pod(role, obj=job)
         c = self.ce.containers(job)[0]
-        p = self.container(role, c["name"], pod=pod)
+        p = self.container(role, c["name"], pod=pod, env_extra=env_extra, pre_extra=pre_extra)
         code = p.wait(timeout=600)
         if code != 0:
             raise Failure(f"Job {job['metadata']['name']} exit {code}; see "
                           f"{self.tmp}/{role}-{c['name']}.log")
+        return job["metadata"]["name"]
+
+    def db_upgrade(self, role):
+        """The kit's schema Job (ironic-image's rundatabase-upgrade)."""
+        return self.job(role, "db-upgrade")
+
+    def db_create(self, role):
+        """components/database's Job: Ironic's database and account on the existing MariaDB,
+        as the Secret mariadb-admin's administrator. ironic-image's Python has PyMySQL; the
+        sandbox's python3.12 gets it as scripts/check-entrypoints gives it."""
+        pymysql = self.ce.PYMYSQL_DIR
+        if not os.path.exists(os.path.join(pymysql, "pymysql")):
+            subprocess.run([os.path.join(self.ce.VENV, "bin", "pip"), "install", "-q",
+                            "--disable-pip-version-check", "--target", pymysql,
+                            self.ce.PYMYSQL], check=True)
+        return self.job(role, "db-create", env_extra={"PYTHONPATH": "/opt/pymysql"},
+                        pre_extra=[f"mkdir -p $R/opt/pymysql && mount --bind {pymysql} "
+                                   "$R/opt/pymysql"])
+
+    def deployment(self, name):
+        return next(o for o in self.objs if o["kind"] == "Deployment"
+                    and o["metadata"]["name"] == name)
+
+    def init(self, role, name):
+        """One init container of the node's pod, run to completion (kubelet's order)."""
+        p = self.container(role, name)
+        code = p.wait(timeout=600)
+        if code != 0:
+            raise Failure(f"init container {name} on {role} exit {code}; see "
+                          f"{self.log(role, name)}")
 
     def start_node(self, role, ipa=None):
         """The pod's containers in kubelet's order: the native sidecar first (Ironic waits for
         its startup probe: the exported certificate), then Ironic and httpd."""
-        if ipa:
+        names = [c["name"] for c in self.ce.containers(self.workload())]
+        if "deploy-ramdisk" in names:
+            # components/deploy-ramdisk: the kernel and ramdisk fetched from the ConfigMap's
+            # URLs and checked against its sums, before the sidecar (the pod's order).
+            self.init(role, "deploy-ramdisk")
+        elif ipa:
             images = os.path.join(self.shared(role), "html", "images")
             os.makedirs(images, exist_ok=True)
             for src, name in ((ipa[0], "ironic-python-agent.kernel"),
@@ -366,6 +449,18 @@ class Kit:
                  lambda: os.path.exists(os.path.join(self.export_dir(role), "tls.crt")), 60)
         self.container(role, "ironic")
         self.container(role, "httpd")
+
+    def exec(self, role, name, argv, timeout=120):
+        """`kubectl exec` into a running container of the node's pod: argv with the
+        container's environment, user and volumes, in the node's namespace; (exit, output)."""
+        pod = self.pod(role)
+        c = next(c for c in self.ce.containers(pod.obj) if c["name"] == name)
+        env = pod.env(c)
+        rec = tempfile.mkdtemp(prefix="rec.", dir=pod.dir)
+        _, script = self.sb.script(pod, c, argv, env, rec, netns=True, exec_=True)
+        done = subprocess.run(self.topo.wrap(role, ["unshare", "-m", "bash", script]),
+                              capture_output=True, text=True, timeout=timeout)
+        return done.returncode, done.stdout + done.stderr
 
     def log(self, role, name):
         return os.path.join(self.tmp, f"{role}-{name}.log")

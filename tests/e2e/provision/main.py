@@ -26,7 +26,7 @@ import types
 from ironic_proxy_testing.procs import wait_for
 from ironic_proxy_testing.topology import Topology
 
-from . import bmc, podnet, report, services, statefulset
+from . import bmc, podnet, quickstart, report, services, statefulset
 from . import hosts as hosts_mod
 from .api import Api, Timeline
 from .faults import Faults, SidecarRestart
@@ -145,6 +145,8 @@ def main():
     p.add_argument("--ipa", default=os.environ.get("IPA_DIR"))
     p.add_argument("--ca-dir", required=True)
     p.add_argument("--ca-next-dir")
+    p.add_argument("--dist", help="the release folder the README's quick start runs in "
+                   "(standalone: the kit is what it applies)")
     p.add_argument("--until", default="active",
                    choices=["up", "enrolled", "pxe", "inspected", "available", "active"])
     p.add_argument("--no-faults", action="store_true")
@@ -155,6 +157,8 @@ def main():
     sts = args.variant == "statefulset"
     if sts and (args.stack != "ipv4" or args.until == "pxe"):
         p.error("--variant statefulset: IPv4 only, and no PXE (virtual media only)")
+    if not sts and not args.dist:
+        p.error("--dist: the standalone run starts what the README's quick start applies")
     run = Run(args)
     tmp = tempfile.mkdtemp(prefix="e2e-provision.")
     os.chmod(tmp, 0o755)
@@ -186,13 +190,33 @@ def main():
                   "placeholders, the PXE chain stops at the kernel download")
         real_ipa = ipa is not None
         ipa = ipa or placeholder_ipa(tmp)
+        objs = None
+        if not sts:
+            run.stage("the README's quick start for this topology (scripts/check-quickstart "
+                      f"--dist {args.dist})")
+            objs, said = quickstart.render(topo, tmp, args.dist, args.ca_dir, ipa, password)
+            checks = [ln for ln in said.splitlines() if ln.endswith(" failed") and
+                      " checks, " in ln]
+            run.check("quick start: rendered and `kit check`ed for this topology",
+                      bool(checks) and checks[-1].endswith(" 0 failed"),
+                      f"{len(objs)} objects; kit check: {checks[-1] if checks else 'no line'}; "
+                      f"facts: {' '.join(f'{k}={v}' for k, v in quickstart.settings(topo).items())}")
         kit = Kit(topo, tmp, args.proxy_bin, args.ironic_venv, password,
                   f"ironic:{secrets.token_hex(24)}", args.ca_dir, args.ca_next_dir,
                   **(dict(variant="statefulset", lb=podnet.LB, nodes=CPS,
-                          dns=topo.ip("svc")) if sts else {}))
-        run.stage("shared services: MariaDB, DNS")
-        db = services.db_reader(services.start_mariadb(topo, tmp, password))
+                          dns=topo.ip("svc")) if sts else dict(objs=objs)))
+        run.stage("shared services: MariaDB, DNS" + ("" if sts else ", the deploy ramdisk's URL"))
+        if sts:
+            db = services.db_reader(services.start_mariadb(topo, tmp, password))
+        else:
+            db = services.db_reader(services.start_mariadb(
+                topo, tmp, admin=(quickstart.ADMIN, password)))
+            quickstart.serve_ipa(topo, tmp, ipa)
         services.start_dns(topo, tmp, {r: kit.pod_name(r) for r in CPS} if sts else None)
+        if not sts:
+            run.stage("database Job (components/database) on cp1")
+            run.check("database: Ironic's database and account made by the kit's Job",
+                      True, kit.db_create("cp1"))
         run.stage("schema Job (rundatabase-upgrade) on cp1")
         kit.db_upgrade("cp1")
         run.stage("control-plane nodes: sidecar, Ironic, httpd from the rendered kit"
@@ -210,8 +234,16 @@ def main():
             services.start_balancer(topo, tmp, kit, args.proxy_bin)
             services.start_dhcp(kit)
             front = topo.url_host("vip")
-        api = Api(topo.netns("svc"), f"https://{front}:{API_PORT}",
-                  ("admin", password), kit.client_ca)
+        api = Api(topo.netns("svc"), f"https://{front}:{API_PORT}", kit.api_auth(),
+                  kit.client_ca)
+        if not sts:
+            bmo = kit.cms["ironic"]["data"]
+            want = f"https://{front}:{API_PORT}/v1/"
+            run.check("baremetal-operator's ConfigMap ironic names the API the run drives, "
+                      "with the Secret ironic-credentials",
+                      topo.stack != "ipv4" or bmo["IRONIC_ENDPOINT"] == want,
+                      f"IRONIC_ENDPOINT {bmo['IRONIC_ENDPOINT']}" +
+                      ("" if topo.stack == "ipv4" else " (the block's VIP is IPv4: not compared)"))
         via = "the LoadBalancer" if sts else "the balancer"
 
         def conductors():
@@ -221,6 +253,14 @@ def main():
                          lambda: len(conductors()) == 3 and conductors(), 300, interval=2)
         run.check(f"up: three conductors through {via} (TLS, Basic auth)", True,
                   ", ".join(alive))
+        if not sts:
+            # The quick start's last command: kubectl exec ... -c ironic-proxy -- doctor.
+            code, said = kit.exec("cp1", "ironic-proxy", ["/usr/local/bin/ironic-proxy",
+                                                          "doctor"])
+            last = said.strip().splitlines()[-1] if said.strip() else "no output"
+            run.check("doctor in cp1's sidecar (the quick start's last command)",
+                      code == 0 and last.endswith(" 0 failed"), f"exit {code}: {last}"
+                      + ("" if code == 0 else f"; {said.strip()[-800:]}"))
         if sts:
             podnet.isolation(run, topo)
             podnet.vmedia_probe(run, topo, kit, "cp2")

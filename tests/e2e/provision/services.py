@@ -1,21 +1,23 @@
 """The shared services of the provisioning network, in the `svc` namespace: MariaDB on the
-bridge, the cluster DNS stand-in (the headless Service's A/AAAA records), the one DHCP server
-(ironic-image's rundnsmasq), and the API load balancer on the VIP (`ironic-proxy run --profile
-balancer`)."""
+bridge, the cluster DNS stand-in (the headless Service's A/AAAA records), the deploy ramdisk's
+URL (quickstart.serve_ipa) and the API load balancer on the VIP (`ironic-proxy run --profile
+balancer`); and the one DHCP server, the kit's, on cp1."""
 
 import os
 import subprocess
 
 from ironic_proxy_testing.procs import Failure, run, wait_for
 
-from .kit import API_PORT, NAMESPACE, env_set, wait_listening
+from .kit import API_PORT, NAMESPACE, wait_listening
 
 SERVICE = f"ironic.{NAMESPACE}.svc.cluster.local"
 
 
-def start_mariadb(topo, tmp, password):
+def start_mariadb(topo, tmp, password=None, admin=None):
     """MariaDB listening on the svc address (Ironic connects over TCP as a pod would), root
-    through its socket only."""
+    through its socket only. With `password`: Ironic's database and account made here; with
+    `admin` ((user, password)): an administrator reachable over TCP instead, the existing
+    MariaDB the quick start's database Job logs in to."""
     datadir, sock = os.path.join(tmp, "mysql"), os.path.join(tmp, "mysql.sock")
     run(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
          "--auth-root-authentication-method=socket", "--skip-test-db"], "mariadb-install-db")
@@ -33,9 +35,13 @@ def start_mariadb(topo, tmp, password):
         return subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e",
                                statement], capture_output=True, text=True, timeout=30)
     wait_for("MariaDB", lambda: sql("SELECT 1").returncode == 0, 60)
-    done = sql("CREATE DATABASE ironic CHARACTER SET utf8mb4;"
-               f"CREATE USER 'ironic'@'%' IDENTIFIED BY '{password}';"
-               "GRANT ALL PRIVILEGES ON ironic.* TO 'ironic'@'%';")
+    if admin:
+        done = sql(f"CREATE USER '{admin[0]}'@'%' IDENTIFIED BY '{admin[1]}';"
+                   f"GRANT ALL ON *.* TO '{admin[0]}'@'%' WITH GRANT OPTION;")
+    else:
+        done = sql("CREATE DATABASE ironic CHARACTER SET utf8mb4;"
+                   f"CREATE USER 'ironic'@'%' IDENTIFIED BY '{password}';"
+                   "GRANT ALL PRIVILEGES ON ironic.* TO 'ironic'@'%';")
     if done.returncode != 0:
         raise Failure(f"MariaDB setup: {done.stderr.strip()}")
     return sock
@@ -75,35 +81,16 @@ def start_dns(topo, tmp, pods=None):
     return hosts
 
 
-def dhcp_pod(kit):
-    """The kit's DHCP component as a pod: ironic-image's /bin/rundnsmasq, one replica on the
-    host network, the provisioning interface and the DHCP range from the site. The iPXE script
-    URL is a control-plane node's boot route (the sidecar's plain-HTTP /boot.ipxe on the API
-    port, docs/metal3.md "Boot files through the proxy")."""
-    topo = kit.topo
-    first, last, prefix = topo.dhcp_ranges()[0]
-    mask = "255.255.255.0" if prefix == 24 else str(prefix)
-    boot = f"http://{topo.url_host('cp1')}:{API_PORT}"
-    c = {"name": "dnsmasq", "image": "quay.io/metal3-io/ironic:main",
-         "command": ["/bin/rundnsmasq"],
-         "securityContext": {"runAsUser": 0, "capabilities": {"add": ["NET_ADMIN",
-                                                                     "NET_RAW"]}},
-         "volumeMounts": [{"name": "ironic-shared", "mountPath": "/shared"}]}
-    for k, v in {"PROVISIONING_INTERFACE": "prov0", "DHCP_RANGE": f"{first},{last},{mask}",
-                 "IRONIC_HTTP_URL": boot, "HTTP_PORT": str(API_PORT),
-                 "DNSMASQ_DATA_DIR": "/data/dnsmasq", "DNSMASQ_CONF_DIR": "/etc",
-                 "DNSMASQ_TEMP_DIR": "/tmp"}.items():
-        env_set(c, k, v)
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "ironic-dhcp"},
-            "spec": {"template": {"spec": {"hostNetwork": True, "containers": [c],
-                                           "volumes": [{"name": "ironic-shared",
-                                                        "emptyDir": {}}]}}}}
+DHCP_NODE = "cp1"
 
 
 def start_dhcp(kit):
-    pod = kit.pod("svc", obj=dhcp_pod(kit))
-    return kit.container("svc", "dnsmasq", pod=pod)
+    """The one dnsmasq: the quick start's Deployment ironic-dnsmasq (components/dhcp) on a
+    control-plane node's host network (cp1: the iPXE script URL is its own boot route, and the
+    owner-kill fault never takes cp1): ironic-image's rundnsmasq, as user 997 with the file
+    capabilities the image gives dnsmasq."""
+    pod = kit.pod(DHCP_NODE, obj=kit.deployment("ironic-dnsmasq"))
+    return kit.container(DHCP_NODE, "dnsmasq", pod=pod)
 
 
 def balancer_env(topo, tmp, kit):
