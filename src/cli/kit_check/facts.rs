@@ -16,6 +16,9 @@ pub(super) const PEER_CIDRS: &str = "IRONIC_PROXY_PEER_CIDRS";
 pub(super) const PROVISIONING_CIDRS: &str = "IRONIC_PROXY_PROVISIONING_CIDRS";
 /// ironic-image's ranges: `dhcp-range` values separated by `;` (ironic-config/dnsmasq.conf.j2).
 pub(super) const DHCP_RANGE: &str = "DHCP_RANGE";
+/// The database's host, the host part of ironic-image's database URL
+/// (scripts/configure-ironic.sh: `mysql+pymysql://USER:PASSWORD@$MARIADB_HOST/DB`).
+pub(super) const MARIADB_HOST: &str = "MARIADB_HOST";
 
 /// The pieces of a comma-separated fact, trimmed, empty ones dropped.
 fn pieces(value: &str) -> impl Iterator<Item = &str> {

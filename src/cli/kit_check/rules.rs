@@ -2,10 +2,10 @@
 //! CA's constraints and the networks (the DHCP ranges: [`super::dhcp`]). Pure.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::Path;
 
-use super::facts::{self, API_VIPS, NODE_ADDRESSES, PEER_CIDRS};
+use super::facts::{self, API_VIPS, MARIADB_HOST, NODE_ADDRESSES, PEER_CIDRS};
 use super::objects::Layout;
 use super::overlay::{Overlay, SITE_CONFIGMAP};
 use super::Line;
@@ -29,6 +29,19 @@ pub(super) fn site(dir: &Path, o: &Overlay) -> Line {
             ),
             fix,
         );
+    }
+    if let Some(host) = fact(&o.site, MARIADB_HOST) {
+        if host.parse::<Ipv6Addr>().is_ok() {
+            return Line::fail(
+                "site",
+                format!(
+                    "{MARIADB_HOST} {host}: an IPv6 literal without brackets; ironic-image puts \
+                     it into its database URL (mysql+pymysql://USER:PASSWORD@{MARIADB_HOST}/DB), \
+                     where Ironic cannot read it and does not start"
+                ),
+                format!("write it as [{host}]"),
+            );
+        }
     }
     Line::pass(
         "site",

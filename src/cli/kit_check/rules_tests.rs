@@ -91,3 +91,26 @@ fn dhcp_needs_its_network_and_is_optional() {
         lines[1]
     );
 }
+
+#[test]
+fn an_unbracketed_ipv6_database_host_fails_the_site_line() {
+    let overlay = |host: &str| Overlay {
+        site_found: true,
+        site: site(&[(MARIADB_HOST, host)]),
+        ..Overlay::default()
+    };
+    let dir = Path::new(".");
+    let line = super::site(dir, &overlay("fd00::5"));
+    assert!(!line.ok, "{}", line.detail);
+    assert!(line.detail.contains("without brackets"), "{}", line.detail);
+    assert_eq!(line.fix, "write it as [fd00::5]");
+    for good in [
+        "[fd00::5]",
+        "[fd00::5]:3307",
+        "192.168.111.5",
+        "mariadb.metal3.svc:3307",
+    ] {
+        let line = super::site(dir, &overlay(good));
+        assert!(line.ok, "{good}: {}", line.detail);
+    }
+}

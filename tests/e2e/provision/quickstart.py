@@ -43,7 +43,7 @@ def settings(topo):
             "NODES": ",".join(topo.addresses(r)[0] for r in ("cp1", "cp2", "cp3")),
             "VIP": vip, "IFACE": "prov0",
             "DHCP": f"{first},{last},{'255.255.255.0' if prefix == 24 else prefix}",
-            "DB_HOST": topo.ip("svc"), "DB_ADMIN": ADMIN,
+            "DB_HOST": topo.url_host("svc"), "DB_ADMIN": ADMIN,
             "IPA": f"http://{topo.url_host('svc')}:{IPA_PORT}"}
 
 
