@@ -406,11 +406,7 @@ class Kit:
         """components/database's Job: Ironic's database and account on the existing MariaDB,
         as the Secret mariadb-admin's administrator. ironic-image's Python has PyMySQL; the
         sandbox's python3.12 gets it as scripts/check-entrypoints gives it."""
-        pymysql = self.ce.PYMYSQL_DIR
-        if not os.path.exists(os.path.join(pymysql, "pymysql")):
-            subprocess.run([os.path.join(self.ce.VENV, "bin", "pip"), "install", "-q",
-                            "--disable-pip-version-check", "--target", pymysql,
-                            self.ce.PYMYSQL], check=True)
+        pymysql = self.ce.ensure_pymysql()
         return self.job(role, "db-create", env_extra={"PYTHONPATH": "/opt/pymysql"},
                         pre_extra=[f"mkdir -p $R/opt/pymysql && mount --bind {pymysql} "
                                    "$R/opt/pymysql"])
