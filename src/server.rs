@@ -136,6 +136,7 @@ impl PoolContext<'_> {
             retries: u.retries,
             limits: crate::proxy::upstream::EndpointLimits::from_config(&self.config.limits),
             metrics: self.metrics.clone(),
+            report: true,
         }))
     }
 }

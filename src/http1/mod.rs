@@ -28,7 +28,8 @@ pub(crate) use chunked::{Chunked, Decoded};
 pub(crate) use error::Error;
 pub(crate) use request::{chunk_line, parse_request_head, write_head, RequestBody, RequestFraming};
 pub(crate) use response::{
-    parse_response_head, response_framing, BodyKind, ResponseFraming, ResponseHead,
+    keep_alive_timeout, parse_response_head, response_framing, BodyKind, ResponseFraming,
+    ResponseHead,
 };
 
 /// Header fields in a head: hyper's default for its client and its server (100, as HAProxy's

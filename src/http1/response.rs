@@ -6,6 +6,9 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
+use std::time::Duration;
+
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// A response head, parsed.
 pub(crate) struct ResponseHead {
@@ -144,6 +147,23 @@ pub(crate) fn response_framing(
         BodyKind::Close
     };
     Ok(ResponseFraming { body, keep_alive })
+}
+
+/// How long the server says it keeps an idle connection open: the `timeout` parameter of its
+/// `Keep-Alive` field (RFC 7230 §A.1.2 names the field; Apache httpd and nginx send
+/// `timeout=<seconds>`, and so do this proxy's listeners). `None` when the field is absent, has
+/// no `timeout`, or its value is not a whole number of seconds; of several, the first.
+pub(crate) fn keep_alive_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(KEEP_ALIVE)?.as_bytes();
+    let param = value.split(|b| *b == b',').find_map(|p| {
+        let (name, secs) = p.trim_ascii().split_at_checked(b"timeout=".len())?;
+        name.eq_ignore_ascii_case(b"timeout=").then_some(secs)
+    })?;
+    if param.is_empty() || param.len() > 9 || !param.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let secs = param.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some(Duration::from_secs(secs))
 }
 
 /// HTTP/1.1 keeps the connection unless `Connection: close`; HTTP/1.0 only with `keep-alive`.

@@ -299,3 +299,32 @@ fn request_bodies_are_framed_as_hyper_serves_them() {
     ));
     assert!(parse_request_head(b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n").is_err());
 }
+
+#[test]
+fn keep_alive_timeouts_are_read_from_the_keep_alive_field_only_when_well_formed() {
+    let timeout = |field: &str| {
+        let raw = format!("HTTP/1.1 200 OK\r\n{field}Content-Length: 0\r\n\r\n");
+        keep_alive_timeout(&head(&raw).headers)
+    };
+    let secs = |s| Some(std::time::Duration::from_secs(s));
+    assert_eq!(timeout("Keep-Alive: timeout=60\r\n"), secs(60));
+    assert_eq!(timeout("keep-alive: max=100, TIMEOUT=5\r\n"), secs(5));
+    assert_eq!(timeout("Keep-Alive:  timeout=0 \r\n"), secs(0));
+    assert_eq!(
+        timeout("Keep-Alive: timeout=7\r\nKeep-Alive: timeout=9\r\n"),
+        secs(7)
+    );
+    for nonsense in [
+        "",
+        "Keep-Alive: max=100\r\n",
+        "Keep-Alive: timeout=\r\n",
+        "Keep-Alive: timeout=-1\r\n",
+        "Keep-Alive: timeout=1.5\r\n",
+        "Keep-Alive: timeout = 5\r\n",
+        "Keep-Alive: timeout=9999999999\r\n",
+        "Keep-Alive: timeouts=5\r\n",
+        "X-Keep-Alive: timeout=5\r\n",
+    ] {
+        assert_eq!(timeout(nonsense), None, "{nonsense:?}");
+    }
+}

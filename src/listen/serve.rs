@@ -81,6 +81,7 @@ impl Listener {
             clock: clock.clone(),
             framing: framing.clone(),
             live,
+            keep_alive: (!h2).then(|| super::service::keep_alive_hint(limits.idle_timeout)),
         };
         let io = TokioIo::new(WatchedStream::new(
             io,

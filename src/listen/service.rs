@@ -17,6 +17,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
+
 /// A connection's service: every request goes to the listener's [`Proxy`], and stays counted
 /// in flight on the connection's clock until its response body ends.
 pub(super) struct Service {
@@ -28,6 +30,22 @@ pub(super) struct Service {
     /// Mutual TLS: the client's chain, checked against the current trust before each request
     /// (and by the driver when the trust changes).
     pub(super) live: Option<Arc<LiveChain>>,
+    /// HTTP/1.1: the `Keep-Alive` field of every response that keeps the connection, which
+    /// tells the client how long the connection may stay idle ([`keep_alive_hint`]).
+    pub(super) keep_alive: Option<http::HeaderValue>,
+}
+
+/// `timeout=<seconds>`: how long a listener keeps an idle HTTP/1.1 connection (its
+/// `limits.idle_timeout`, whole seconds), sent in a `Keep-Alive` field as Apache httpd and nginx
+/// do. Clients that read it (this proxy's upstream pool does, `http1::keep_alive_timeout`) keep
+/// their idle connections to us for less than that, instead of a short guess; others ignore it.
+pub(super) fn keep_alive_hint(idle_timeout: std::time::Duration) -> http::HeaderValue {
+    match idle_timeout.as_secs() {
+        60 => http::HeaderValue::from_static("timeout=60"),
+        // Digits after an ASCII word: always a valid field value.
+        secs => http::HeaderValue::try_from(format!("timeout={secs}"))
+            .unwrap_or(http::HeaderValue::from_static("timeout=0")),
+    }
 }
 
 impl Service {
@@ -100,9 +118,12 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
             // after the streams in flight on HTTP/2.
             self.clock.request_close();
         }
-        if h1 && (last || req.version() != http::Version::HTTP_11 || wants_close(req.headers())) {
+        let closing =
+            h1 && (last || req.version() != http::Version::HTTP_11 || wants_close(req.headers()));
+        if closing {
             self.clock.note_closing();
         }
+        let keep_alive = (!closing).then(|| self.keep_alive.clone()).flatten();
         Box::pin(async move {
             let mut resp = proxy.handle(req, &info).await;
             if h1 && last {
@@ -117,6 +138,8 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
             // hop-by-hop and removed).
             if h1 && !resp.status().is_success() && wants_close(resp.headers()) {
                 guard.note_closing();
+            } else if let Some(hint) = keep_alive {
+                resp.headers_mut().insert(KEEP_ALIVE, hint);
             }
             guard.responding();
             resp.body_mut().attach(guard);

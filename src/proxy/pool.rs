@@ -84,6 +84,11 @@ pub struct PoolOptions {
     pub retries: u32,
     pub limits: EndpointLimits,
     pub metrics: Metrics,
+    /// Whether the pool runs its own once-a-second task: its endpoints' health series
+    /// (`upstream_endpoint_healthy`, `upstream_endpoints`) and the sweep of their expired idle
+    /// connections. `false` for an egress's plain destinations, which may be thousands of BMCs
+    /// and agents: they get no series, and the egress sweeps them ([`Pool::sweep`]).
+    pub report: bool,
 }
 
 impl PoolOptions {
@@ -106,6 +111,7 @@ impl PoolOptions {
             retries: 2,
             limits: EndpointLimits::with_head(max_response_head),
             metrics,
+            report: true,
         }
     }
 }
@@ -228,8 +234,23 @@ impl Pool {
                 checker_metrics,
             ));
         }
-        tokio::spawn(report(Arc::downgrade(&pool), opts.metrics, tls_changes));
+        if opts.report {
+            tokio::spawn(report(Arc::downgrade(&pool), opts.metrics, tls_changes));
+        }
         pool
+    }
+
+    /// For a pool without its own task (`report: false`): closes its endpoints' expired idle
+    /// connections, and says whether it is unused: no connection open and no request in flight,
+    /// so that dropping it closes nothing and loses nothing.
+    pub fn sweep(&self) -> bool {
+        let peers = self.peers.load();
+        let mut unused = true;
+        for m in self.local.iter().chain(peers.iter()) {
+            m.endpoint.close_expired();
+            unused &= m.endpoint.open_connections() == 0 && m.endpoint.in_flight() == 0;
+        }
+        unused
     }
 
     /// Picks the next endpoint for a request, given the slots already tried.

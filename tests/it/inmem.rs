@@ -291,3 +291,29 @@ async fn hop_by_hop_fields_stay_on_the_client_connection() {
         Some(&b"127.0.0.1"[..])
     );
 }
+
+/// A response that keeps the connection tells the client how long an idle connection stays
+/// open (`Keep-Alive: timeout=N`, the listener's `idle_timeout`), and the connection does close
+/// once idle that long; a response that ends the connection says nothing of the kind.
+#[tokio::test(start_paused = true)]
+async fn kept_connections_are_told_the_idle_timeout_they_get() {
+    let rig = Rig::start();
+    let (got, closed) = rig
+        .send(b"GET /v1/nodes HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await;
+    let got = text(&got).to_ascii_lowercase();
+    assert!(got.starts_with("http/1.1 200"), "{got:?}");
+    assert!(got.contains("\r\nkeep-alive: timeout=2\r\n"), "{got:?}");
+    assert!(
+        closed >= rig.limits.idle_timeout,
+        "closed after {closed:?}, before the {:?} advertised",
+        rig.limits.idle_timeout
+    );
+
+    let (got, _) = rig
+        .send(b"GET /v1/nodes HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await;
+    let got = text(&got).to_ascii_lowercase();
+    assert!(got.starts_with("http/1.1 200"), "{got:?}");
+    assert!(!got.contains("keep-alive"), "{got:?}");
+}

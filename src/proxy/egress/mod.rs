@@ -62,8 +62,18 @@ use target::{Authority, Host};
 use credentials::CredentialsError;
 
 /// Destinations whose pools are kept; past this the map starts again (their idle connections
-/// close), so a client walking a large CIDR cannot grow it without bound.
+/// close), so a client walking a large CIDR cannot grow it without bound. Plain destinations
+/// leave the map as soon as they are unused ([`Egress::sweep`]), so only destinations busy at
+/// the same moment count towards it: a conductor's thousand BMCs polled one after the other
+/// never fill it.
 const MAX_DESTINATIONS: usize = 1024;
+
+/// Per `(host, port)`, its pool, and whether the egress sweeps it.
+type Destinations = HashMap<(String, u16), (Arc<Pool>, bool)>;
+
+/// How often the plain destinations' expired idle connections are closed and their unused
+/// pools dropped.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// What became of one request, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,7 +169,9 @@ pub struct Egress {
     credentials: Credentials,
     challenge: HeaderValue,
     client: Arc<ReloadableClient>,
-    pools: Mutex<HashMap<(String, u16), Arc<Pool>>>,
+    /// Per destination, its pool and whether the egress sweeps it (plain destinations: no
+    /// task of their own, see [`PoolOptions::report`]).
+    pools: Mutex<Destinations>,
     counters: Vec<Counter>,
     limits: EndpointLimits,
     metrics: Metrics,
@@ -201,7 +213,26 @@ impl Egress {
             limits,
             metrics: metrics.clone(),
         });
+        tokio::spawn(sweep_while_alive(Arc::downgrade(&egress)));
         Ok(egress)
+    }
+
+    /// Closes the plain destinations' expired idle connections and drops the pools of those
+    /// unused: no connection open, no request in flight, and no request holding the pool. A
+    /// request that looks its destination up again gets a new pool.
+    fn sweep(&self) {
+        let mut pools = self
+            .pools
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Under the lock, no request can take a new reference to a pool in the map.
+        pools.retain(|_, (pool, swept)| !(*swept && pool.sweep() && Arc::strong_count(pool) == 1));
+    }
+
+    /// Pools in the map now: for tests.
+    #[cfg(test)]
+    pub(crate) fn destinations(&self) -> usize {
+        self.pools.lock().map_or(0, |p| p.len())
     }
 
     pub(crate) fn count(&self, outcome: Outcome) {
@@ -352,7 +383,7 @@ impl Egress {
             Route::Plain | Route::Relay => a.dial_host(),
         };
         let key = (host, a.port);
-        if let Some(p) = pools.get(&key) {
+        if let Some((p, _)) = pools.get(&key) {
             return p.clone();
         }
         // A parsed host is always a valid TLS server name: an IP, or a `DnsName`.
@@ -388,8 +419,9 @@ impl Egress {
             retries: 0,
             limits: self.limits,
             metrics: self.metrics.clone(),
+            report: route == Route::Tls,
         });
-        pools.insert(key, pool.clone());
+        pools.insert(key, (pool.clone(), route != Route::Tls));
         pool
     }
 
@@ -450,6 +482,19 @@ fn has_body(h: &http::HeaderMap) -> bool {
     h.contains_key(header::TRANSFER_ENCODING)
         || h.get(header::CONTENT_LENGTH)
             .is_some_and(|v| v.as_bytes() != b"0")
+}
+
+/// Sweeps `egress` every [`SWEEP_EVERY`] until it is gone (its listener closed).
+async fn sweep_while_alive(egress: std::sync::Weak<Egress>) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(egress) = egress.upgrade() else {
+            return;
+        };
+        egress.sweep();
+    }
 }
 
 #[cfg(test)]

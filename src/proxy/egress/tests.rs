@@ -336,3 +336,64 @@ async fn others_relay_takes_the_rest_in_plain_http_and_never_a_tls_port_off_targ
     e.count_result::<()>(&Ok(()), Route::Relay);
     assert_eq!(e.counters[Outcome::Relayed as usize].get(), before + 1);
 }
+
+/// Many plain destinations (a conductor's BMCs and agents) cost nothing once unused: their
+/// pools run no task and publish no series, and leave the map at the next sweep, so they never
+/// fill it and push out the peers' pools; a pool a request still holds, and a peer's, stay.
+#[tokio::test(start_paused = true)]
+async fn unused_plain_destinations_leave_at_the_sweep_and_publish_no_series() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (e, metrics) = egress_with(dir.path(), "relay");
+    let local = ConnInfo::new(Some("127.0.0.1:40000".parse().expect("addr")), false);
+    let admit = |target: String| {
+        let (e, local) = (e.clone(), local.clone());
+        async move {
+            let mut req = request("GET", &target, Some("ironic:pw"));
+            e.admit(&mut req, &local).await.expect("admitted")
+        }
+    };
+    let peer = admit("http://10.0.10.7:6189/".into()).await;
+    assert_eq!(peer.route, Route::Tls);
+    let held = admit("http://192.0.2.1:9999/".into()).await;
+    // More destinations than the map keeps, one after the other, each done with at once.
+    for i in 0..1500u32 {
+        let a = admit(format!("http://192.0.2.{}:{}/", 2 + i % 200, 10000 + i)).await;
+        assert_eq!(a.route, Route::Relay);
+        if i % 500 == 499 {
+            // A second passes between batches: the sweep runs.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        e.destinations(),
+        2,
+        "only the pool a request holds and the peer's are left"
+    );
+    let again = admit("http://192.0.2.1:9999/".into()).await;
+    assert!(
+        Arc::ptr_eq(&held.pool, &again.pool),
+        "the held pool was kept"
+    );
+    let peer_again = admit("http://10.0.10.7:6189/".into()).await;
+    assert!(
+        Arc::ptr_eq(&peer.pool, &peer_again.pool),
+        "the peer's pool was never pushed out"
+    );
+    drop((held, again));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(e.destinations(), 1, "the relayed pool left once unused");
+    // The relayed destinations share one label (`upstream_retries_total` has it once); no
+    // health series of their own.
+    let text = metrics.encode();
+    let health: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("egress/relayed") && l.contains("upstream_endpoint"))
+        .take(3)
+        .collect();
+    assert!(health.is_empty(), "series for plain destinations: {health:?}");
+    assert!(
+        text.contains("upstream_endpoint_healthy{upstream=\"egress/10.0.10.7:6189\""),
+        "the peer's pool publishes its series"
+    );
+}

@@ -35,6 +35,9 @@ pub(super) struct Connection {
     /// The TLS identity generation it was made with (0 without TLS): one older than the
     /// endpoint's current is not given another request ([`super::idle::Idle`]).
     pub(super) generation: u64,
+    /// How long it may wait unused in the pool: what the upstream's last response allowed
+    /// ([`super::idle_limit`]).
+    pub(super) keep_for: std::time::Duration,
 }
 
 impl Connection {
@@ -46,6 +49,7 @@ impl Connection {
             out: Vec::new(),
             _slot: slot,
             generation,
+            keep_for: super::IDLE_TIMEOUT,
         })
     }
 

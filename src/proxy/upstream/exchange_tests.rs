@@ -368,3 +368,59 @@ async fn pooled_reuse_a_stale_connection_and_expiry() {
     assert!(ep.idle.take().is_none(), "expired");
     up.abort();
 }
+
+/// An upstream that says how long it keeps an idle connection (`Keep-Alive: timeout=60`, as
+/// this proxy's listeners do) has its connection kept for half of that, past the default
+/// IDLE_TIMEOUT, and dropped after; one whose last answer said nothing falls back to the
+/// default; a nonsense value counts as nothing.
+#[tokio::test(start_paused = true)]
+async fn pooled_connections_live_as_long_as_the_upstream_allows() {
+    let (ep, mut far) = endpoint(0);
+    let dialled = Arc::new(AtomicUsize::new(0));
+    let count = dialled.clone();
+    let up = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Some(mut conn) = far.recv().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            open.push(tokio::spawn(async move {
+                while let Some(line) = request_line(&mut conn).await {
+                    let answer_bytes: &[u8] = if line.contains("/quiet") {
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                    } else if line.contains("/nonsense") {
+                        b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=soon\r\nContent-Length: 2\r\n\r\nok"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=60, max=100\r\nContent-Length: 2\r\n\r\nok"
+                    };
+                    answer(&mut conn, answer_bytes, answer_bytes.len()).await;
+                }
+            }));
+        }
+    });
+    assert_eq!(send(&ep, Method::GET).await, ok(200, "ok", true));
+    tokio::time::advance(Duration::from_secs(29)).await;
+    assert_eq!(send(&ep, Method::GET).await, ok(200, "ok", true));
+    assert_eq!(
+        dialled.load(Ordering::SeqCst),
+        1,
+        "kept 29 s of the 30 the upstream's 60 allow"
+    );
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert!(
+        ep.idle.take().is_none(),
+        "expired at half the upstream's 60 s"
+    );
+
+    for path in ["/quiet", "/nonsense"] {
+        let before = dialled.load(Ordering::SeqCst);
+        let req = http::Request::get(path).body(RequestBody::empty()).unwrap();
+        let resp = ep.send(req).await.expect("an answer");
+        let _ = resp.into_body().collect().await;
+        tokio::time::advance(IDLE_TIMEOUT).await;
+        assert!(
+            ep.idle.take().is_none(),
+            "{path}: dropped after the default"
+        );
+        assert_eq!(dialled.load(Ordering::SeqCst), before + 1, "{path}");
+    }
+    up.abort();
+}

@@ -1,5 +1,6 @@
 //! The idle connections of one endpoint ([`Idle`]): the most recently used handed out first,
-//! closed ones skipped, and those idle for [`IDLE_TIMEOUT`] or past [`MAX_IDLE`] dropped.
+//! closed ones skipped, and those idle for as long as the upstream allows
+//! ([`Connection::keep_for`], by default [`super::IDLE_TIMEOUT`]) or past [`MAX_IDLE`] dropped.
 //!
 //! Over TLS, a connection made with an identity generation older than the current one (our
 //! certificate was renewed, or the trust changed, since its handshake) is never handed out
@@ -9,7 +10,6 @@
 
 use super::connection::{Connection, READ_SIZE};
 use super::slots::Slots;
-use super::IDLE_TIMEOUT;
 use crate::tls::peer::PeerTls;
 use bytes::BytesMut;
 use std::collections::VecDeque;
@@ -50,7 +50,7 @@ impl Idle {
         let mut conns = self.conns.lock().ok()?;
         let now = Instant::now();
         while let Some((mut conn, since)) = conns.pop_back() {
-            if now.duration_since(since) < IDLE_TIMEOUT
+            if now.duration_since(since) < conn.keep_for
                 && conn.generation == current
                 && conn.is_reusable()
             {
@@ -67,13 +67,15 @@ impl Idle {
         self.conns.lock().is_ok_and(|c| !c.is_empty())
     }
 
-    /// Drops the connections idle for [`IDLE_TIMEOUT`] or longer (the oldest are first), and
-    /// those made with a replaced certificate.
+    /// Drops the connections idle for as long as they may be, and those made with a replaced
+    /// certificate.
     pub(super) fn close_expired(&self) {
         let current = self.generation();
         if let Ok(mut conns) = self.conns.lock() {
-            expire(&mut conns, Instant::now());
-            conns.retain(|(conn, _)| conn.generation == current);
+            let now = Instant::now();
+            conns.retain(|(conn, since)| {
+                conn.generation == current && now.duration_since(*since) < conn.keep_for
+            });
         }
     }
 
@@ -98,11 +100,13 @@ impl Idle {
     }
 }
 
-/// Drops the connections of `conns` (oldest first) idle for [`IDLE_TIMEOUT`] or longer.
+/// Drops the oldest connections of `conns` while they have been idle for as long as they may
+/// be. Cheap enough for every `put`; one that may stay longer than an older one behind it
+/// shields that one until `take` or the once-a-second `close_expired` reaches it.
 fn expire(conns: &mut VecDeque<(Box<Connection>, Instant)>, now: Instant) {
     while conns
         .front()
-        .is_some_and(|(_, since)| now.duration_since(*since) >= IDLE_TIMEOUT)
+        .is_some_and(|(conn, since)| now.duration_since(*since) >= conn.keep_for)
     {
         conns.pop_front();
     }

@@ -4,7 +4,7 @@
 //! The pool and the client are ours ([`crate::http1`] says why): an idle list per endpoint (the
 //! most recently used first, so few connections stay warm), a connection taken for one request
 //! and given back by its response body when that has been read to its end ([`UpstreamBody`]),
-//! idle ones dropped after [`IDLE_TIMEOUT`] or when the upstream closed them. Nothing is spawned
+//! idle ones dropped after the time the upstream allows ([`idle_limit`]) or when it closed them. Nothing is spawned
 //! per request or per connection and no URI is rebuilt: the request's own task writes the
 //! request in origin form, with `Host` filled in from the endpoint when the client sent none,
 //! and reads the response head; whoever polls the body reads the rest. Connect errors are
@@ -42,10 +42,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long an unused connection stays in the pool. Below the idle timeout of Ironic's own
-/// server (cheroot closes a connection idle for 10 s), so the proxy closes first and never
-/// sends a request into a connection the server is closing at that moment.
+/// How long an unused connection stays in the pool when the server does not say how long it
+/// keeps one. Below the idle timeout of Ironic's own server (cheroot closes a connection idle
+/// for 10 s and does not say so), so the proxy closes first and never sends a request into a
+/// connection the server is closing at that moment.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest an unused connection stays in the pool, whatever the server advertises.
+const IDLE_TIMEOUT_MAX: Duration = Duration::from_secs(60);
+
+/// How long a connection may stay unused after a response that said how long the server keeps
+/// an idle connection (`Keep-Alive: timeout=N`, which this proxy's listeners send with their
+/// `limits.idle_timeout`): half of that, so that our clock, which starts once the response has
+/// been read, runs out well before the server's, which started when it had written it; at most
+/// [`IDLE_TIMEOUT_MAX`]. Without the field, [`IDLE_TIMEOUT`]. So a balancer's or an egress's
+/// connections to ironic-proxy peers outlive the gaps between requests that a few agents or
+/// conductors leave, instead of a new TLS handshake after every pause of 5 s.
+pub(crate) fn idle_limit(advertised: Option<Duration>) -> Duration {
+    advertised.map_or(IDLE_TIMEOUT, |t| (t / 2).min(IDLE_TIMEOUT_MAX))
+}
 
 /// Why a request got no response from an endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -302,6 +317,7 @@ impl Endpoint {
     ) -> Result<http::Response<UpstreamBody>, (io::Error, bool)> {
         let (head, whole) = conn.read_head(self.max_head, &mut sending).await?;
         let framing = http1::response_framing(method, &head).map_err(|e| (e.into(), true))?;
+        conn.keep_for = idle_limit(http1::keep_alive_timeout(&head.headers));
         let mut body = UpstreamBody::new(conn, &framing, self.idle.clone());
         body.sending = sending;
         body.keep_alive &= whole;

@@ -253,6 +253,7 @@ async fn an_idle_pooled_connection_of_a_replaced_identity_closes_when_it_changes
         retries: 0,
         limits: EndpointLimits::with_head(16 * 1024),
         metrics: Metrics::new(),
+        report: true,
     });
     let (_, member) = pool.pick(&[], false).expect("the local endpoint");
     // A connection made with the current identity, back in the pool after its request.
