@@ -391,7 +391,10 @@ async fn unused_plain_destinations_leave_at_the_sweep_and_publish_no_series() {
         .filter(|l| l.contains("egress/relayed") && l.contains("upstream_endpoint"))
         .take(3)
         .collect();
-    assert!(health.is_empty(), "series for plain destinations: {health:?}");
+    assert!(
+        health.is_empty(),
+        "series for plain destinations: {health:?}"
+    );
     assert!(
         text.contains("upstream_endpoint_healthy{upstream=\"egress/10.0.10.7:6189\""),
         "the peer's pool publishes its series"
