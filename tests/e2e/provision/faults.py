@@ -199,8 +199,11 @@ class Faults:
                 continue
             if not self.restarted and "clean wait" in states.values():
                 who = [lb for lb, s in states.items() if s == "clean wait"]
-                self.restart(f"{', '.join(who)} in clean wait")
-                self.restarted = True
+                # Every agent in the ramdisk past its start (see `heard`).
+                if all(self.heard(lb) for lb, s in states.items()
+                       if s in ("clean wait", "cleaning")):
+                    self.restart(f"{', '.join(who)} in clean wait, heartbeating")
+                    self.restarted = True
             if self.rotation_step == 0 and any(
                     s in ("available", "deploying", "wait call-back", "active")
                     for s in states.values()):
@@ -208,6 +211,20 @@ class Faults:
                 self.rotate_switch()
             if self.restarted and self.rotation_step >= 2:
                 return
+
+    def heard(self, label):
+        """Whether the agent of the host's current boot has heartbeated (IPA's own log on the
+        serial console: `heartbeat successful` after the last kernel start), so it is past
+        its start. There IPA checks once that the API answers (`_find_routable_addr`) and,
+        refused, exits; restarted, it finds its token already handed out and locks itself
+        down (ironic_python_agent/agent.py). A balancer restart in that window stops the host
+        for good, in any cluster; after it, the agent's heartbeats retry through a restart."""
+        path = os.path.join(self.ctx.tmp, "vms", f"{label}.console.log")
+        try:
+            text = open(path, errors="replace").read()
+        except OSError:
+            return False
+        return "heartbeat successful" in text[text.rfind("Linux version"):]
 
     def restart(self, why):
         ctx = self.ctx
