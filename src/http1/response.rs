@@ -2,13 +2,12 @@
 //! RFC 9112 §6.3 as hyper's client reads it.
 
 use super::{agreed_length, ends_in_chunked, Error, MAX_HEADERS, REQUEST_ROOM};
+use crate::proxy::headers::KEEP_ALIVE;
 use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 use std::time::Duration;
-
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// A response head, parsed.
 pub(crate) struct ResponseHead {

@@ -10,14 +10,13 @@
 
 use super::conn::ConnClock;
 use super::guard;
+use crate::proxy::headers::KEEP_ALIVE;
 use crate::proxy::{ConnInfo, Proxy};
 use crate::tls::trust::{LiveChain, Verdict};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-
-const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
 
 /// A connection's service: every request goes to the listener's [`Proxy`], and stays counted
 /// in flight on the connection's clock until its response body ends.

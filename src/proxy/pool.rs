@@ -84,10 +84,9 @@ pub struct PoolOptions {
     pub retries: u32,
     pub limits: EndpointLimits,
     pub metrics: Metrics,
-    /// Whether the pool runs its own once-a-second task: its endpoints' health series
-    /// (`upstream_endpoint_healthy`, `upstream_endpoints`) and the sweep of their expired idle
-    /// connections. `false` for an egress's plain destinations, which may be thousands of BMCs
-    /// and agents: they get no series, and the egress sweeps them ([`Pool::sweep`]).
+    /// Whether the pool runs its own once-a-second task (health series, expiry of idle
+    /// connections). `false` for an egress's plain destinations, possibly thousands of BMCs
+    /// and agents: no series, and the egress sweeps them ([`Pool::sweep`]).
     pub report: bool,
 }
 
@@ -240,17 +239,13 @@ impl Pool {
         pool
     }
 
-    /// For a pool without its own task (`report: false`): closes its endpoints' expired idle
-    /// connections, and says whether it is unused: no connection open and no request in flight,
-    /// so that dropping it closes nothing and loses nothing.
+    /// For an egress destination's pool (no task, no peers): closes its expired idle
+    /// connections; true when unused, so that dropping it loses nothing.
     pub fn sweep(&self) -> bool {
-        let peers = self.peers.load();
-        let mut unused = true;
-        for m in self.local.iter().chain(peers.iter()) {
+        self.local.iter().all(|m| {
             m.endpoint.close_expired();
-            unused &= m.endpoint.open_connections() == 0 && m.endpoint.in_flight() == 0;
-        }
-        unused
+            m.endpoint.open_connections() == 0 && m.endpoint.in_flight() == 0
+        })
     }
 
     /// Picks the next endpoint for a request, given the slots already tried.

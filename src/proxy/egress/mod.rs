@@ -229,12 +229,6 @@ impl Egress {
         pools.retain(|_, (pool, swept)| !(*swept && pool.sweep() && Arc::strong_count(pool) == 1));
     }
 
-    /// Pools in the map now: for tests.
-    #[cfg(test)]
-    pub(crate) fn destinations(&self) -> usize {
-        self.pools.lock().map_or(0, |p| p.len())
-    }
-
     pub(crate) fn count(&self, outcome: Outcome) {
         self.counters[outcome as usize].inc();
     }
