@@ -32,6 +32,11 @@ pub(crate) use response::{
     ResponseHead,
 };
 
+/// `Keep-Alive` (RFC 9112 appendix C.2.2): hop-by-hop, and where a server says how long it keeps
+/// an idle connection.
+pub(crate) const KEEP_ALIVE: http::header::HeaderName =
+    http::header::HeaderName::from_static("keep-alive");
+
 /// Header fields in a head: hyper's default for its client and its server (100, as HAProxy's
 /// `tune.http.maxhdr` 101), which the listener leaves as it is; more get 431 from hyper. Left
 /// unset, hyper parses a head into arrays on the stack; set, it allocates two arrays of that

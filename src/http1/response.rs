@@ -1,8 +1,7 @@
 //! Responses: the head parsed as hyper's client parses it, and the body's framing by
 //! RFC 9112 §6.3 as hyper's client reads it.
 
-use super::{agreed_length, ends_in_chunked, Error, MAX_HEADERS, REQUEST_ROOM};
-use crate::proxy::headers::KEEP_ALIVE;
+use super::{agreed_length, ends_in_chunked, Error, KEEP_ALIVE, MAX_HEADERS, REQUEST_ROOM};
 use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};

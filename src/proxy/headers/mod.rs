@@ -28,7 +28,7 @@ pub(crate) const XFCC: HeaderName = HeaderName::from_static("x-forwarded-client-
 pub(crate) const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub(crate) const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
-pub(crate) const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+pub(crate) use crate::http1::KEEP_ALIVE;
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
