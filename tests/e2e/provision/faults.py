@@ -80,7 +80,7 @@ class Faults:
         self.stop_evt = threading.Event()
         self.errors = []
         self.threads = [threading.Thread(target=self._guard, args=(f,), daemon=True)
-                        for f in (self._kill_loop, self._disturb_loop)]
+                        for f in (self._kill_loop, self._restart_loop, self._rotate_loop)]
 
     def start(self):
         for t in self.threads:
@@ -190,26 +190,40 @@ class Faults:
         return None
 
     # ------------------------------------------------------------------ restart, rotate
-    def _disturb_loop(self):
-        ctx = self.ctx
-        while not self.stop_evt.wait(1):
-            try:
-                states = {label: self.node(label)["provision_state"] for label in ctx.uuids}
-            except Exception:  # noqa: BLE001 - the next poll will do
+    def _states(self):
+        try:
+            return {label: self.node(label)["provision_state"] for label in self.ctx.uuids}
+        except Exception:  # noqa: BLE001 - the next poll will do
+            return None
+
+    def _restart_loop(self):
+        """The restart, on a thread of its own: a rotation step blocks for seconds, and a
+        host's `clean wait` can be shorter than that."""
+        held = set()
+        while not self.restarted and not self.stop_evt.wait(1):
+            states = self._states()
+            if not states or "clean wait" not in states.values():
                 continue
-            if not self.restarted and "clean wait" in states.values():
-                who = [lb for lb, s in states.items() if s == "clean wait"]
-                # Every agent in the ramdisk past its start (see `heard`).
-                if all(self.heard(lb) for lb, s in states.items()
-                       if s in ("clean wait", "cleaning")):
-                    self.restart(f"{', '.join(who)} in clean wait, heartbeating")
-                    self.restarted = True
-            if self.rotation_step == 0 and any(
-                    s in ("available", "deploying", "wait call-back", "active")
-                    for s in states.values()):
+            who = [lb for lb, s in states.items() if s == "clean wait"]
+            # Every agent in the ramdisk past its start (see `heard`).
+            unheard = [lb for lb, s in states.items()
+                       if s in ("clean wait", "cleaning") and not self.heard(lb)]
+            if unheard:
+                if tuple(unheard) not in held:
+                    held.add(tuple(unheard))
+                    self.note(f"restart held: {', '.join(who)} in clean wait; no heartbeat "
+                              f"on the console yet from {', '.join(unheard)}")
+                continue
+            self.restart(f"{', '.join(who)} in clean wait, heartbeating")
+            self.restarted = True
+
+    def _rotate_loop(self):
+        while not self.stop_evt.wait(1):
+            states = self._states()
+            if states and any(s in ("available", "deploying", "wait call-back", "active")
+                              for s in states.values()):
                 self.rotate_trust_both()
                 self.rotate_switch()
-            if self.restarted and self.rotation_step >= 2:
                 return
 
     def heard(self, label):
