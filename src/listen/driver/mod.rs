@@ -40,15 +40,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// How long an HTTP/1.1 connection waits idle before it parks: long enough that a client
-/// sending requests back to back never parks between two of them (waking a parked connection
-/// builds a new hyper connection, a large part of a request's work), short enough that a burst
-/// of clients that each send one request and stay connected does not hold every one's HTTP
-/// buffers at once. A connection parks between one and two of these after its last response
-/// was written (the measurement behind the value: docs/architecture.md, decisions).
-/// The driver checks an unparked connection every `PARK_AFTER`: ten wake-ups a second, next
-/// to the thousands of requests a busy connection carries.
-pub(super) const PARK_AFTER: Duration = Duration::from_millis(100);
+/// How long an HTTP/1.1 connection that has carried more than one request waits idle before it
+/// parks (a new connection parks after its first response, see the module's documentation).
+/// Long enough that a client sending a request every few hundred milliseconds (a pool between
+/// proxies, baremetal-operator polling its hosts) never parks between two of them: waking a
+/// parked connection builds a new hyper connection, a large part of a request's work, and the
+/// check below is a wake-up of its own; at a few requests a second those were most of a
+/// request's cost (BENCHMARKS.md, issue 51). Short enough that idle connections give their
+/// buffers back within seconds. A connection parks between one and two of these after its
+/// last response was written. The driver checks an unparked connection every `PARK_AFTER`.
+pub(super) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// A hyper connection as the driver runs it.
 pub(super) trait HyperConnection {
