@@ -6,7 +6,10 @@
 //! - `throughput`: `--conns` keep-alive connections send back to back for `--duration` seconds.
 //! - `rate`: `--rate` requests/s open-loop over `--conns` connections; per-request latency from
 //!   the scheduled send time when the connection was late (no coordinated omission), else from
-//!   the actual send; prints p50/p99/p99.9 in microseconds.
+//!   the actual send; prints p50/p99/p99.9 in microseconds. With `--reconnect-every K` every
+//!   K-th request on a connection says `Connection: close` and the next one opens a new
+//!   connection with a full handshake (resumption off): an agent's heartbeats among kept-alive
+//!   API calls, as Ironic's balancer sees them.
 //! - `handshake`: `--conns` workers each loop: new TCP connection, full TLS handshake with
 //!   resumption disabled, one request with `Connection: close`, close. With `--trust-any` the
 //!   server's certificate and signature are not verified (the client's own cost, see
@@ -16,7 +19,7 @@
 //!
 //! Usage: `loadgen MODE --addr 127.0.0.1:PORT [--plain] [--ca F] [--cert F --key F]
 //! [--path /small] [--conns N] [--duration S] [--rate R] [--header "Name: value"]...
-//! [--method POST --body '{"json": 1}'] [--heartbeat] [--trust-any]` (a body is sent as
+//! [--method POST --body '{"json": 1}'] [--heartbeat] [--trust-any] [--reconnect-every K]` (a body is sent as
 //! `application/json`; `--heartbeat` sends an agent's heartbeat, [`HEARTBEAT_PATH`] and
 //! [`HEARTBEAT_BODY`]).
 
@@ -61,6 +64,8 @@ struct Opts {
     /// `--trust-any`: the server's certificate and signature are not verified (see
     /// [`TrustAny`]).
     trust_any: bool,
+    /// `--reconnect-every K` (rate mode): a new connection after every K requests; 0: never.
+    reconnect_every: u32,
 }
 
 fn parse() -> Opts {
@@ -81,6 +86,7 @@ fn parse() -> Opts {
         method: "GET".into(),
         body: None,
         trust_any: false,
+        reconnect_every: 0,
     };
     while let Some(k) = a.next() {
         let mut v = || {
@@ -101,6 +107,9 @@ fn parse() -> Opts {
             "--method" => o.method = v(),
             "--body" => o.body = Some(v()),
             "--trust-any" => o.trust_any = true,
+            "--reconnect-every" => {
+                o.reconnect_every = v().parse().unwrap_or_else(|_| die("bad --reconnect-every"));
+            }
             "--heartbeat" => {
                 o.method = "POST".into();
                 o.path = HEARTBEAT_PATH.into();
@@ -395,6 +404,8 @@ async fn rate_worker(
 ) -> Tally {
     let mut t = Tally::default();
     let req = request_bytes(&c.opts, false);
+    let last = request_bytes(&c.opts, true);
+    let every = c.opts.reconnect_every;
     let mut buf = Vec::with_capacity(80 * 1024);
     let mut s = match c.connect().await {
         Ok(s) => s,
@@ -410,6 +421,21 @@ async fn rate_worker(
         if scheduled >= end {
             break;
         }
+        // The previous request said `Connection: close`: this one starts a new connection.
+        if every > 0 && k > 1 && (k - 1) % every == 0 {
+            s = match c.connect().await {
+                Ok(n) => n,
+                Err(e) => {
+                    t.error(e);
+                    return t;
+                }
+            };
+        }
+        let req = if every > 0 && k % every == 0 {
+            &last
+        } else {
+            &req
+        };
         let now = Instant::now();
         // Late because the previous answer took too long: count from the schedule (the
         // waiting is the server's doing). On time: sleep, then count from the actual send, so
@@ -420,7 +446,7 @@ async fn rate_worker(
             tokio::time::sleep_until(scheduled.into()).await;
             Instant::now()
         };
-        match exchange(&mut *s, &req, &mut buf).await {
+        match exchange(&mut *s, req, &mut buf).await {
             Ok((200, n, _)) => {
                 t.ok += 1;
                 t.bytes += n as u64;
@@ -482,7 +508,7 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
 }
 
 async fn run(o: Opts) {
-    let resume = o.mode != "handshake";
+    let resume = o.mode != "handshake" && o.reconnect_every == 0;
     let tls = (!o.plain).then(|| tokio_rustls::TlsConnector::from(tls_config(&o, resume)));
     let c = Arc::new(Client {
         opts: o.clone(),

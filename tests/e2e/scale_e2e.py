@@ -160,10 +160,11 @@ class Scale:
 
     def proxy_env(self):
         """The proxies' environment: access lines at info, and `--proxy-threads` as
-        IRONIC_PROXY_WORKER_THREADS (unset: one worker per CPU, current-thread on one CPU)."""
-        extra = {"RUST_LOG": "info"}
-        if self.args.proxy_threads:
-            extra["IRONIC_PROXY_WORKER_THREADS"] = str(self.args.proxy_threads)
+        IRONIC_PROXY_WORKER_THREADS. Its default, one, is what the kit gives every ironic-proxy
+        container: `limits.cpu: "1"`, which the proxy counts as one CPU and so runs a
+        current-thread runtime (docs/reference.md, "Threads"); this machine's CPUs are not
+        limited, so the harness says it."""
+        extra = {"RUST_LOG": "info", "IRONIC_PROXY_WORKER_THREADS": str(self.args.proxy_threads)}
         return self.clean_env(**extra)
 
     def start_ironic(self, inst):
@@ -219,7 +220,7 @@ class Scale:
         self.haproxy_stats = f"http://127.0.0.1:{port}/stats;csv"
         conf = os.path.join(self.root, "haproxy.cfg")
         with open(conf, "w") as f:
-            f.write(ss.haproxy_config(pem, port, ss.IPS, self.args.proxy_threads))
+            f.write(ss.haproxy_config(pem, port, ss.IPS, self.args.haproxy_threads))
         h.run(["haproxy", "-c", "-f", conf], "haproxy -c")
         self.lb_log = os.path.join(self.root, "haproxy.log")
         self.lb = self.procs.start("haproxy", ["haproxy", "-db", "-f", conf], self.lb_log)
@@ -381,8 +382,11 @@ def main():
     parser.add_argument("--idle", type=float, default=30,
                         help="seconds of the proxies' idle CPU measured before the first enrol")
     parser.add_argument("--result-json", help="append the run's figures as one JSON line here")
-    parser.add_argument("--proxy-threads", type=int,
-                        help="the proxies' threads (IRONIC_PROXY_WORKER_THREADS, HAProxy nbthread)")
+    parser.add_argument("--proxy-threads", type=int, default=1,
+                        help="ironic-proxy's worker threads (IRONIC_PROXY_WORKER_THREADS); 1, as "
+                        "the kit's CPU limit of one CPU gives it")
+    parser.add_argument("--haproxy-threads", type=int,
+                        help="HAProxy's nbthread (default: HAProxy's own, one per CPU)")
     parser.add_argument("--address-base", type=int, default=11,
                         help="use 127.0.0.BASE to BASE+6 (two runs side by side)")
     args = parser.parse_args()

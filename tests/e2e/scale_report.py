@@ -178,6 +178,18 @@ def per_request_report(e, paths):
                "\n    " + "\n    ".join(lines))
 
 
+def threads_label(e):
+    """The threads of the layout's proxies, as the tables name the layout: ironic-proxy's
+    worker threads; HAProxy's `nbthread` when set (else its own default, one per CPU)."""
+    if e.mode == "proxy":
+        n = e.args.proxy_threads
+        return f", {n} thread" + ("s" if n != 1 else "")
+    if e.mode == "haproxy" and e.args.haproxy_threads:
+        n = e.args.haproxy_threads
+        return f", {n} thread" + ("s" if n != 1 else "")
+    return ""
+
+
 def write_result(e, paths):
     """One JSON line per run (--result-json): what the side-by-side tables are made of."""
     d = e.driver
@@ -190,7 +202,7 @@ def write_result(e, paths):
                       "peak_open_connections": e.sampler.peak.get(name, 0)}  # fmt: skip
     blamed = sum(v for (_, blame, _), v in paths.blame.items() if blame == "proxy")
     row = {
-        "mode": e.mode + (f", {e.args.proxy_threads} thread" if e.args.proxy_threads else ""),
+        "mode": e.mode + threads_label(e),
         "hosts": len(e.hosts),
         "active": len(d.active_at),
         "all_active_s": round(e.all_active, 1) if e.all_active else None,
