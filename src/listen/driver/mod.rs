@@ -45,9 +45,9 @@ use tokio::time::Instant;
 /// Long enough that a client sending a request every few hundred milliseconds (a pool between
 /// proxies, baremetal-operator polling its hosts) never parks between two of them: waking a
 /// parked connection builds a new hyper connection, a large part of a request's work, and the
-/// check below is a wake-up of its own; at a few requests a second those were most of a
-/// request's cost (BENCHMARKS.md, issue 51). Short enough that idle connections give their
-/// buffers back within seconds. A connection parks between one and two of these after its
+/// check below is a wake-up of its own (at 100 ms, a connection with a request every 200 ms
+/// paid both for nearly every request: BENCHMARKS.md, issue 51). Short enough that idle
+/// connections give their buffers back within seconds. A connection parks between one and two of these after its
 /// last response was written. The driver checks an unparked connection every `PARK_AFTER`.
 pub(super) const PARK_AFTER: Duration = Duration::from_secs(1);
 
