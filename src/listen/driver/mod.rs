@@ -42,13 +42,13 @@ use tokio::time::Instant;
 
 /// How long an HTTP/1.1 connection that has carried more than one request waits idle before it
 /// parks (a new connection parks after its first response, see the module's documentation).
-/// Long enough that a client sending a request every few hundred milliseconds (a pool between
-/// proxies, baremetal-operator polling its hosts) never parks between two of them: waking a
-/// parked connection builds a new hyper connection, a large part of a request's work, and the
-/// check below is a wake-up of its own (at 100 ms, a connection with a request every 200 ms
-/// paid both for nearly every request: BENCHMARKS.md, issue 51). Short enough that idle
-/// connections give their buffers back within seconds. A connection parks between one and two of these after its
-/// last response was written. The driver checks an unparked connection every `PARK_AFTER`.
+/// Longer than the gap between requests of a client that sends a few a second (a pool between
+/// proxies, baremetal-operator polling its hosts): waking a parked connection builds a new
+/// hyper connection, a large part of a request's work, and each check of an unparked
+/// connection is a wake-up of its own, so such a client must pay neither per request. Short
+/// enough that idle connections give their buffers back within seconds. A connection parks
+/// between one and two of these after its last response was written; the driver checks an
+/// unparked connection every `PARK_AFTER`.
 pub(super) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// A hyper connection as the driver runs it.
