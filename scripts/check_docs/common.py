@@ -8,6 +8,10 @@ import sys
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "support", "python"))
+from ironic_proxy_testing import Failure, upstream  # noqa: E402
+
 # CHECK_DOCS_ROOT: a copy of the tree (--self-test seeds disagreements into one).
 ROOT = os.environ.get("CHECK_DOCS_ROOT") or os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -121,20 +125,12 @@ def rust_profile_vars():
 
 
 def upstream_tree():
-    """The pinned ironic-image tree, found as scripts/check-entrypoints finds it (no clone here)."""
-    src = os.environ.get("IRONIC_IMAGE_SRC")
-    commit = re.search(r'IRONIC_IMAGE_COMMIT = "([0-9a-f]+)"', read("scripts/check-entrypoints"))
-    cache = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
-    candidates = [src] if src else [
-        os.path.join(ROOT, "..", "shared", "upstream", "ironic-image"),
-        os.path.join(cache, "ironic-proxy", f"ironic-image-{commit.group(1)[:12]}" if commit else "-"),
-    ]
-    for tree in candidates:
-        if tree and os.path.isdir(os.path.join(tree, "scripts")):
-            return tree
-    sys.exit("check-docs: no ironic-image tree (IRONIC_IMAGE_SRC, ../shared/upstream/ironic-image, "
-             "or the clone scripts/check-entrypoints makes): it says which files its scripts read "
-             "and which variables it has")
+    """The pinned ironic-image tree (main), as every harness gets it: it says which files its
+    scripts read and which variables it has. None to be had: check-docs fails."""
+    try:
+        return upstream.tree("ironic-image")
+    except Failure as e:
+        sys.exit(f"check-docs: {e}")
 
 
 def upstream_auth_files():

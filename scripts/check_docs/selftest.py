@@ -53,7 +53,7 @@ COPY = ["README.md", "BENCHMARKS.md", "Cargo.toml", "Dockerfile", "docs", "confi
 
 
 def run(entry):
-    env = dict(os.environ, IRONIC_PROXY_BIN=BIN, IRONIC_IMAGE_SRC=upstream_tree())
+    env = dict(os.environ, IRONIC_PROXY_BIN=BIN, UPSTREAM_IRONIC_IMAGE=upstream_tree())
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in COPY:

@@ -199,7 +199,7 @@ class Boot:
         self.api.headers.update(h.HEADERS)
         self.results = []  # (name, ok, detail)
         self.nodes = {}  # uuid -> mac
-        # --tls: the pinned HTTPS iPXE (tests/e2e/ipxe_tls_vm.py); the CA is its test CA.
+        # --tls: the TLS boot routes as iPXE uses them (tests/e2e/ipxe_tls_vm.py).
         self.tls = args.tls
         self.http_port, self.ipxe_tls_port = HTTP_PORT, IPXE_TLS_PORT
 
@@ -279,7 +279,7 @@ class Boot:
         if busy:
             raise h.Failure(f"ports already in use (another run?): {', '.join(busy)}")
         if self.tls:
-            ipxe_tls_vm.use_test_ca(self.ca_dir)
+            ipxe_tls_vm.use_test_ca(self.ca_dir, self.bin)
         else:
             pki.ca_init(self.bin, self.ca_dir, name="boot-e2e CA", permit_ip=["127.0.0.0/8"])
         os.makedirs(self.images)
@@ -846,7 +846,8 @@ def main():
     parser.add_argument("--proxy-bin", required=True)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--tls", action="store_true",
-                        help="the pinned HTTPS iPXE through the TLS listeners (ipxe_tls_vm.py)")
+                        help="the TLS boot listeners as iPXE uses them: real TLS clients, or the HTTPS "
+                        "iPXE IPXE_TLS_DIR names (ipxe_tls_vm.py)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda s, _f: (_ for _ in ()).throw(SystemExit(128 + s)))
     t0 = time.monotonic()

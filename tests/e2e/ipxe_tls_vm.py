@@ -1,11 +1,18 @@
-"""A real HTTPS iPXE booting through ironic-proxy's TLS listeners (issue 44; `scripts/e2e-boot
---tls`).
+"""iPXE's HTTPS boot through ironic-proxy's TLS listeners (issue 44; `scripts/e2e-boot --tls`).
 
-The iPXE is the pinned v2.0.0 build in ../shared/upstream/ipxe (its README: a virtio-net option
-ROM with HTTPS, trusting only ipxe/test-ca, whose key is public test material; TLS 1.2 only,
-ECDSA or RSA leaves, X25519/P-256/P-384; it checks the certificate's IP SAN against the URL and
-writes its console to the serial port too). In --tls mode the run's CA *is* that test CA: every
-sidecar and the load balancer issue their own leaf from it, for the IPs the VM dials.
+Two ways, the same cases:
+
+- **Clients** (the default, in scripts/test): no package of Debian, PyPI, crates.io or npm ships
+  an iPXE with HTTPS (Debian 12's 1.0.0+git-20190125 has no https:// opener), and an iPXE built
+  from its source may not be built by a committed script. So the routes are checked with real
+  TLS clients restricted to what iPXE offers (tests/e2e/ipxe_tls.py): curl fetches every file
+  iPXE would, with the run's CA and the dialled IP checked; each refusal is shown by curl,
+  `openssl s_client -verify_ip` and Python's ssl.
+- **A real iPXE** (by hand): `IPXE_TLS_DIR` names a folder with `1af41000.rom`, a virtio-net
+  option ROM with HTTPS that trusts `test-ca/ca.crt` (whose `ca.key` is there too), built by the
+  developer from iPXE's source. The run's CA is then that test CA: every sidecar and the load
+  balancer issue their own leaf from it, for the IPs the VM dials, and each refusal is iPXE's own
+  error line on the serial console.
 
 - Through a sidecar: boot file `https://<first sidecar IP>:8084/boot.ipxe`, its `boot-tls`
   listener (QEMU's user network connects from the host to 127.0.0.x): boot.ipxe and the node's
@@ -22,33 +29,42 @@ sidecar and the load balancer issue their own leaf from it, for the IPs the VM d
 
 import os
 import shutil
+import socket
+import ssl
 import subprocess
 import time
 
 import harness as h  # puts tests/support/python on sys.path too
 from ironic_proxy_testing import pki
+import ipxe_tls
 import vm
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIALLED = "10.0.2.2"  # QEMU user network: the host's 127.0.0.1
 
 
+def with_rom():
+    """True when IPXE_TLS_DIR names a real HTTPS iPXE (the VM way); unset: the clients way."""
+    return bool(os.environ.get("IPXE_TLS_DIR"))
+
+
 def pinned():
-    """(ROM, test CA dir): $IPXE_TLS_DIR, else ../shared/upstream/ipxe beside the repository.
-    Missing: the run fails (h.Failure), never skips."""
-    d = os.environ.get("IPXE_TLS_DIR") or os.path.normpath(
-        os.path.join(REPO, "..", "shared", "upstream", "ipxe")
-    )
+    """(ROM, test CA dir) from $IPXE_TLS_DIR; a file missing there fails the run, never
+    skips."""
+    d = os.environ["IPXE_TLS_DIR"]
     rom, ca = os.path.join(d, "1af41000.rom"), os.path.join(d, "test-ca")
     missing = [p for p in (rom, f"{ca}/ca.crt", f"{ca}/ca.key") if not os.path.isfile(p)]
     if missing:
-        raise h.Failure(f"the pinned HTTPS iPXE is missing: {', '.join(missing)} (set "
-                        "IPXE_TLS_DIR to ../shared/upstream/ipxe)")  # fmt: skip
+        raise h.Failure(f"IPXE_TLS_DIR={d}: missing {', '.join(missing)}")
     return rom, ca
 
 
-def use_test_ca(ca_dir):
-    """The run's CA is the test CA the ROM trusts: its ca.crt and (public) ca.key."""
+def use_test_ca(ca_dir, proxy_bin):
+    """The run's CA: the test CA the ROM trusts (its ca.crt and public ca.key), or with no ROM
+    a CA made for this run."""
+    if not with_rom():
+        pki.ca_init(proxy_bin, ca_dir, name="e2e-boot TLS CA", what="ca init")
+        return
     _, ca = pinned()
     os.makedirs(ca_dir)
     for name in ("ca.crt", "ca.key"):
@@ -82,11 +98,12 @@ upstream = "{first_ip}:{http_port}"
 {route}"""
 
 
-# case -> (CA: "test" or "other", IP SANs, [tls] policy, iPXE's error line)
+# case -> (CA: "test" or "other", IP SANs, [tls] policy, iPXE's error line). The VM dials
+# DIALLED, the clients 127.0.0.1: the second case's leaf carries only the address not dialled.
 REFUSALS = {
     "leaf from another CA": ("other", [DIALLED, "127.0.0.1"], "",
                              "Invalid argument (https://ipxe.org/1c2ee002)"),
-    "leaf without the dialled IP": ("test", ["127.0.0.1"], "",
+    "leaf without the dialled IP": ("test", None, "",
                                     "Permission denied (https://ipxe.org/0216ea3c)"),
     "[tls] TLS 1.3 only": ("test", [DIALLED, "127.0.0.1"], '\n[tls]\nmin_version = "1.3"\n',
                            "Operation not permitted (https://ipxe.org/410de13c)"),
@@ -140,8 +157,9 @@ def boot_node(run, via, u, url, first_hop_log, first_hop_listener):
 
 def refusal(run, name, dns_port, route):
     """One refusal case: its proxy, one VM, iPXE's own error line on the serial console."""
-    rom, _ = pinned()
     which, ips, policy, line = REFUSALS[name]
+    if ips is None:
+        ips = ["127.0.0.1"] if with_rom() else [DIALLED]
     slug = "".join(c if c.isalnum() else "-" for c in name)
     d = os.path.join(run.root, f"refusal-{slug}")
     os.makedirs(d)
@@ -173,6 +191,10 @@ def refusal(run, name, dns_port, route):
         run.check(f"`ironic-proxy doctor` says {'WARN' if policy else 'PASS'} for iPXE on the "
                   f"listener with a {name}",
                   said.startswith("WARN" if policy else "PASS"), said or doc[-300:])
+        if not with_rom():
+            refusal_clients(run, name, port, log)
+            return
+        rom, _ = pinned()
         url = f"https://{DIALLED}:{port}/boot.ipxe"
         u = next(iter(run.nodes))
         b = vm.boot(run.vm_dir, f"refusal-{slug}", run.nodes[u], url, [line],
@@ -192,11 +214,83 @@ def refusal(run, name, dns_port, route):
         run.procs.stop(proc)
 
 
+def python_ssl(port, ca):
+    """Python's ssl as iPXE verifies: the run's CA, the dialled IP checked, TLS 1.2 at most.
+    Returns "" on a handshake that verified, else the error."""
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                return ""
+    except (ssl.SSLError, ssl.CertificateError, OSError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def refusal_clients(run, name, port, log):
+    """A refusal seen by three real TLS clients offering what iPXE offers, each verifying the
+    run's CA and the dialled IP: curl, openssl s_client -verify_ip, Python's ssl; nothing may
+    be served."""
+    at = f"127.0.0.1:{port}"
+    request = f"GET /boot.ipxe HTTP/1.1\r\nHost: {at}\r\nConnection: close\r\n\r\n"
+    status, body = ipxe_tls.curl(f"https://{at}/boot.ipxe", ipxe_tls.CURRENT, run.ca)
+    argv = ["openssl", "s_client", "-connect", at, "-brief", "-CAfile", run.ca,
+            "-verify_return_error", "-verify_ip", "127.0.0.1"] + ipxe_tls.CURRENT.s_client_args()
+    p = subprocess.run(argv, input=request.encode(), capture_output=True, timeout=30)
+    err = p.stderr.decode(errors="replace")
+    said = next((l.strip() for l in err.splitlines() if "error" in l.lower()), err[-200:])
+    py = python_ssl(port, run.ca)
+    served = [e for e in h.proxy_events(log) if e.get("target") == "access"]
+    print(f"e2e-boot: TLS refusal, {name}: curl {status}; openssl {said!r}; python {py!r}",
+          flush=True)
+    run.check(f"TLS boot listener with a {name}: curl, openssl and Python's ssl (iPXE's offer, "
+              "the run's CA, the dialled IP checked) all refuse it, nothing served",
+              status == 0 and not body and p.returncode != 0 and not p.stdout and py
+              and not served, f"curl {status} {body[:60]!r}; openssl rc {p.returncode} "
+              f"{p.stdout[:60]!r}; python {py!r}; access lines {len(served)}")  # fmt: skip
+
+
+def boot_clients(run, via, u, url):
+    """What iPXE fetches for node u through one TLS listener, by curl with iPXE's offer: the
+    boot script, the node's config found across conductors, and the kernel the config names on
+    the owner's boot-TLS listener; each byte-equal to the owner's file."""
+    owner, config = run.owner(u), run.mac_path(u)
+    base = url.rsplit("/", 1)[0]
+    got = {}
+    for what, link, disk in [
+        ("boot.ipxe", url, run.on_disk(run.instances[0], "/boot.ipxe")),
+        ("config", base + config, run.on_disk(owner, config)),
+        ("kernel", f"https://{owner.ip}:{run.ipxe_tls_port}/{u}/kernel",
+         run.on_disk(owner, f"/{u}/kernel")),
+    ]:
+        status, body = ipxe_tls.curl(link, ipxe_tls.CURRENT, run.ca)
+        got[what] = (status, body == disk)
+    named = f"https://{owner.ip}:{run.ipxe_tls_port}" in run.on_disk(owner, config).decode(
+        errors="replace")
+    run.check(f"TLS boot through the {via} (curl with iPXE's offer): node {u[:8]}'s boot.ipxe "
+              "and config found across conductors, the config naming the owner's TLS listener, "
+              "its kernel from the owner, byte-equal",
+              all(g == (200, True) for g in got.values()) and named, f"{got} named={named}")
+
+
 def run_all(run, dns_port, route):
     """Every node once, through the first sidecar or the load balancer (alternating within
     each owner's nodes, so each path boots a node of every conductor), then the three
-    refusals."""
+    refusals: by a real iPXE in a VM when IPXE_TLS_DIR names one, else by real TLS clients."""
     first = run.instances[0]
+    if not with_rom():
+        print("e2e-boot: --tls by TLS clients restricted to iPXE's offer (no HTTPS iPXE "
+              "here: IPXE_TLS_DIR unset; tests/e2e/ipxe_tls_vm.py)", flush=True)
+        for k, u in enumerate(sorted(run.nodes, key=lambda u: run.owner(u).ip)):
+            if k % 2 == 0:
+                boot_clients(run, "sidecar", u,
+                             f"https://{first.ip}:{run.ipxe_tls_port}/boot.ipxe")
+            else:
+                boot_clients(run, "load balancer", u,
+                             f"https://127.0.0.1:{h.LB_PORT}/boot.ipxe")
+        for name in REFUSALS:
+            refusal(run, name, dns_port, route)
+        return
     times = {"sidecar": [], "lb": []}
     for k, u in enumerate(sorted(run.nodes, key=lambda u: run.owner(u).ip)):
         via = ("sidecar", "lb")[k % 2]

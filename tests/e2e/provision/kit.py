@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 
+from ironic_proxy_testing import upstream
 from ironic_proxy_testing.procs import Failure, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -79,9 +80,7 @@ class Kit:
         self.variant, self.lb, self.nodes, self.dns = variant, lb, list(nodes), dns
         self.topo, self.tmp, self.bin = topo, tmp, proxy_bin
         self.venv = ironic_venv
-        src = os.environ.get("IRONIC_IMAGE_SRC") or os.path.join(ROOT, "..", "shared",
-                                                                  "upstream", "ironic-image")
-        self.src = os.path.normpath(src)
+        self.src = upstream.tree("ironic-image")
         sb_dir = os.path.join(tmp, "sandbox")
         os.makedirs(sb_dir)
         os.chmod(sb_dir, 0o755)

@@ -88,6 +88,44 @@ def test_cpu():
     check("procs: stop ends a process", child.poll() is not None)
 
 
+def test_upstream():
+    """The upstream helper: the variable's tree used as given, a missing one refused by name,
+    and an unreachable repository failing (never skipping) with repository, commit and
+    variable named."""
+    from ironic_proxy_testing import upstream
+    pin = upstream.pin("utility-images")
+    with tempfile.TemporaryDirectory() as d:
+        saved = dict(os.environ)
+        try:
+            os.environ[pin.variable] = d
+            check("upstream: the variable's tree is used as given", upstream.tree(pin.name) == d)
+            os.environ[pin.variable] = os.path.join(d, "missing")
+            try:
+                upstream.tree(pin.name)
+                check("upstream: a variable naming no directory fails", False)
+            except Failure as e:
+                check("upstream: a variable naming no directory fails", pin.variable in str(e),
+                      str(e))
+            del os.environ[pin.variable]
+            # No cache, no redirection of the URL, and git may not use https: the clone
+            # cannot happen.
+            os.environ.update(XDG_CACHE_HOME=d, GIT_ALLOW_PROTOCOL="file",
+                              GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+            try:
+                upstream.tree(pin.name, log=lambda m: None)
+                check("upstream: an unreachable repository fails", False)
+            except Failure as e:
+                said = str(e)
+                check("upstream: an unreachable repository fails naming repository, commit "
+                      "and variable", all(w in said for w in (pin.url, pin.commit,
+                                                              pin.variable)), said)
+            check("upstream: a failed clone leaves nothing in the cache",
+                  not any(os.scandir(os.path.join(d, "ironic-proxy", "upstream", pin.repo))))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 def test_pki(binary):
     with tempfile.TemporaryDirectory() as d:
         pki.ca_init(binary, f"{d}/ca", name="selftest CA", permit_ip=["127.0.0.0/8"])
@@ -107,6 +145,7 @@ def main():
     test_ports()
     test_packages()
     test_cpu()
+    test_upstream()
     if len(sys.argv) > 1:
         test_pki(sys.argv[1])
     if failed:
