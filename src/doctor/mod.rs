@@ -14,6 +14,7 @@
 
 pub(crate) mod boot_tls;
 mod identity;
+mod locks;
 mod net;
 mod peers;
 mod upstream;
@@ -205,6 +206,7 @@ pub async fn run(config: &Config, options: &Options<'_>) -> Report {
     }
     if options.peers {
         peers::check(config, ours.as_ref(), &mut report).await;
+        locks::check(config, &mut report).await;
     }
     match &config.admin {
         Some(a) => net::check_admin(a.listen[0], &mut report).await,

@@ -71,15 +71,19 @@ fn exported(config: &Config) -> Option<Material> {
     crate::identity::load_files(cfg, &dir.join("tls.crt"), &dir.join("tls.key")).ok()
 }
 
-/// The peers' hosts: the conductors Ironic lists, and the API upstream's DNS endpoints.
-async fn discover(config: &Config, report: &mut Report) -> Vec<String> {
-    let mut hosts = BTreeSet::new();
-    let local = config
+/// The local Ironic API: the upstream of the first listener that is neither JSON-RPC nor egress.
+pub(super) fn local_api(config: &Config) -> Option<&UpstreamAddr> {
+    config
         .listeners
         .iter()
         .filter(|l| !l.jsonrpc && l.egress.is_none())
-        .find_map(|l| l.upstream.local.as_ref());
-    match local {
+        .find_map(|l| l.upstream.local.as_ref())
+}
+
+/// The peers' hosts: the conductors Ironic lists, and the API upstream's DNS endpoints.
+async fn discover(config: &Config, report: &mut Report) -> Vec<String> {
+    let mut hosts = BTreeSet::new();
+    match local_api(config) {
         None => report.pass("peers.conductors", "no local Ironic API upstream to ask"),
         Some(addr) => match conductors(addr).await {
             Ok((alive, dead)) => {
@@ -123,10 +127,10 @@ async fn discover(config: &Config, report: &mut Report) -> Vec<String> {
     hosts.into_iter().collect()
 }
 
-/// The conductors' hostnames from Ironic's API on `addr`.
-async fn conductors(addr: &UpstreamAddr) -> Result<(Vec<String>, Vec<String>), String> {
+/// `GET path` on Ironic's API at `addr` (its local socket or address), as JSON.
+pub(super) async fn api_get(addr: &UpstreamAddr, path: &str) -> Result<serde_json::Value, String> {
     let req = format!(
-        "GET /v1/conductors HTTP/1.0\r\nHost: localhost\r\nX-OpenStack-Ironic-API-Version: \
+        "GET {path} HTTP/1.0\r\nHost: localhost\r\nX-OpenStack-Ironic-API-Version: \
          {API_VERSION}\r\nUser-Agent: ironic-proxy-doctor\r\n\r\n"
     );
     let (status, body) = match addr {
@@ -150,8 +154,12 @@ async fn conductors(addr: &UpstreamAddr) -> Result<(Vec<String>, Vec<String>), S
     if status != 200 {
         return Err(format!("HTTP {status}: {}", snippet(&body)));
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
+    serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))
+}
+
+/// The conductors' hostnames from Ironic's API on `addr`: (alive, not alive).
+pub(super) async fn conductors(addr: &UpstreamAddr) -> Result<(Vec<String>, Vec<String>), String> {
+    let v = api_get(addr, "/v1/conductors").await?;
     let list = v
         .get("conductors")
         .and_then(serde_json::Value::as_array)

@@ -450,7 +450,8 @@ fn check_and_doctor_name_a_node_outside_the_ca_and_the_peer_cidrs() {
 /// them) names itself, a peer from another CA, a peer whose certificate names another IP, a
 /// conductor whose sidecar is down and one whose sidecar never answers. One line per peer with
 /// its cause (TLS, SAN, refused, timeout); the call to its own `[DEFAULT]host` through the
-/// egress passes; a dead conductor is named, not dialled.
+/// egress passes; a dead conductor is named, not dialled; a node it still holds fails
+/// `ironic.locks`.
 #[test]
 fn doctor_peers_calls_each_conductor_and_its_own_host_through_the_egress() {
     use crate::support::upstream::{Reply, Upstream};
@@ -495,6 +496,13 @@ fn doctor_peers_calls_each_conductor_and_its_own_host_through_the_egress() {
         Arc::new(move |r| {
             let body = if r.path.starts_with("/v1/conductors") {
                 conductors.clone()
+            } else if r.path.starts_with("/v1/nodes") {
+                // One node locked by a live conductor, one by the dead one, one free.
+                "{\"nodes\": [{\"uuid\": \"n1\", \"name\": \"a\", \"reservation\": \
+                 \"127.0.61.2\"}, {\"uuid\": \"n2\", \"name\": \"b\", \"reservation\": \
+                 \"127.0.61.9\"}, {\"uuid\": \"n3\", \"name\": null, \"reservation\": \
+                 null}]}"
+                    .to_owned()
             } else {
                 // What Ironic 39's JSON-RPC server answers to an unknown method.
                 let id = serde_json::from_slice::<serde_json::Value>(&r.body)
@@ -578,6 +586,7 @@ others = "relay"
             ips[2]
         ),
         format!("FAIL {}: refused: Connection refused (os error 111)", p(3)),
+        "FAIL ironic.locks: node n2 (b) reserved by 127.0.61.9 (registered, not alive)".to_owned(),
         format!("FAIL {}: timeout: no TLS handshake within 3s", p(4)),
         format!(
             "PASS egress[json-rpc-egress].json-rpc: POST http://127.0.61.1:{port}/ through \

@@ -8,6 +8,7 @@
 //! whose input is missing fails saying which. The site facts it reads ([`facts`]) are keys of
 //! the ConfigMap `ironic-proxy-site`.
 
+mod conductor;
 mod dhcp;
 mod facts;
 mod json6902;
@@ -146,6 +147,7 @@ pub fn check(args: &CheckArgs) -> Report {
     lines.push(rules::names(&o, ca.as_ref(), &layout));
     lines.extend(dhcp::dhcp(&o.site, &layout));
     lines.push(objects::host_ports(&o));
+    lines.push(conductor::conductor_name(&o));
     lines.push(objects::namespace(&o, &layout));
     lines.push(objects::digests(&o));
     Report { lines }

@@ -41,6 +41,10 @@ pub(super) struct Port {
 pub(super) struct Container {
     pub(super) image: Option<String>,
     pub(super) ports: BTreeSet<Port>,
+    /// `env` entries with a literal `value` (a later entry or patch of one name wins).
+    pub(super) env: BTreeMap<String, String>,
+    /// `command` followed by `args`, as declared.
+    pub(super) command: Vec<String>,
 }
 
 /// A pod template of a DaemonSet, Deployment, StatefulSet, Job or CronJob.
@@ -381,6 +385,10 @@ fn workload(spec: &Yaml, key: &str, o: &mut Overlay) {
             entry
                 .ports
                 .extend(items(&c["ports"]).iter().filter_map(port));
+            entry.env.extend(env(c));
+            if !c["command"].is_badvalue() {
+                entry.command = command(c);
+            }
         }
     }
 }
@@ -392,7 +400,29 @@ pub(super) fn container(c: &Yaml) -> Result<Container, String> {
         y => Some(y.as_str().ok_or("`image` must be text")?.to_owned()),
     };
     let ports = items(&c["ports"]).iter().filter_map(port).collect();
-    Ok(Container { image, ports })
+    Ok(Container {
+        image,
+        ports,
+        env: env(c).collect(),
+        command: command(c),
+    })
+}
+
+/// A container's `env` entries that have a literal `value`.
+fn env(c: &Yaml) -> impl Iterator<Item = (String, String)> + '_ {
+    items(&c["env"]).iter().filter_map(|e| {
+        let name = e["name"].as_str()?;
+        Some((name.to_owned(), text(&e["value"])?))
+    })
+}
+
+/// A container's `command` and `args`, one list.
+fn command(c: &Yaml) -> Vec<String> {
+    items(&c["command"])
+        .iter()
+        .chain(items(&c["args"]))
+        .filter_map(text)
+        .collect()
 }
 
 /// A declared port, kept as declared: whether it claims the node's port depends on the pod's
