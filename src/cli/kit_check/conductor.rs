@@ -166,7 +166,7 @@ mod tests {
             &["/bin/runironic"],
         );
         let line = conductor_name(&overlay(c));
-        assert!(!line.passed(), "{line:?}");
+        assert!(!line.ok, "{line:?}");
         assert!(line
             .detail
             .contains("register the conductor as <address>:6189"));
@@ -186,7 +186,7 @@ mod tests {
             &["/usr/bin/bash", "-c", script],
         );
         assert_eq!(names(&c).host_port.as_deref(), Some("6189"));
-        assert!(conductor_name(&overlay(c)).passed());
+        assert!(conductor_name(&overlay(c)).ok);
         let c = ironic(
             &[
                 (
@@ -197,14 +197,14 @@ mod tests {
             ],
             &["bash", "-c", "exec /bin/runironic"],
         );
-        assert!(conductor_name(&overlay(c)).passed());
+        assert!(conductor_name(&overlay(c)).ok);
     }
 
     #[test]
     fn port_8089_without_a_port_in_the_host_fails() {
         let c = ironic(&[("OS_JSON_RPC__PORT", "8089")], &["/bin/runironic"]);
         let line = conductor_name(&overlay(c));
-        assert!(!line.passed());
+        assert!(!line.ok);
         assert!(
             line.detail.contains("no sidecar listens"),
             "{}",

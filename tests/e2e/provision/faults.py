@@ -183,10 +183,12 @@ class Faults:
         if not self.dead or not n.get("reservation"):
             return None
         dead = {self.ctx.topo.ip(r) for r in self.dead}
-        if n["reservation"].strip("[]") in dead and time.monotonic() - self.kill_time > 300:
-            return (f"host-a still reserved by {n['reservation']} (killed "
-                    f"{time.monotonic() - self.kill_time:.0f} s ago; conductor registered as "
-                    f"{n['reservation']}:6189): Ironic never releases it")
+        holder = n["reservation"]
+        # The kit's name is ADDRESS:6189 ([ADDRESS]:6189 for IPv6); 0.1.0 locked as ADDRESS.
+        address = holder.rsplit(":", 1)[0] if holder.endswith(":6189") else holder
+        if address.strip("[]") in dead and time.monotonic() - self.kill_time > 300:
+            return (f"host-a still reserved by {holder} (killed "
+                    f"{time.monotonic() - self.kill_time:.0f} s ago): Ironic never releases it")
         return None
 
     # ------------------------------------------------------------------ restart, rotate
