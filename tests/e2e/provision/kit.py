@@ -227,7 +227,6 @@ class Kit:
                 # endpoint_override): the balancer's VIP, verified against the CA in the
                 # ramdisk (no ipa-insecure).
                 env_set(c, "IRONIC_BASE_URL", f"https://{vip}:{API_PORT}")
-                env_set(c, "IRONIC_IPA_INSECURE", "0")
                 # An IPv6 literal goes in brackets (RFC 3986): Kubernetes' $(VAR) expansion
                 # and ironic-image's own default (configure-ironic.sh, IRONIC_EXTERNAL_IP)
                 # add none, and Ironic refuses the option without them.
@@ -258,18 +257,11 @@ class Kit:
         site["RUST_LOG"] = "info"
         for c in self.ce.containers(self.workload()):
             if c["name"] == "ironic":
-                env_set(c, "IRONIC_IPA_INSECURE", "0")
                 env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
                 env_set(c, "IPA_FORWARD_CONSOLE", "yes")
                 env_set(c, "OS_AGENT__REQUIRE_TLS", "false")
                 env_set(c, "IRONIC_IPA_COLLECT_LLDP", "0")
                 env_set(c, "NUMWORKERS", "1")
-                # The deploy image's URL is on the LoadBalancer's vmedia-TLS port, and the
-                # conductor checks it (ironic/common/image_service.py validate_href, verify =
-                # [DEFAULT]webserver_verify_ca, default: the system's CAs). ironic-image renders
-                # WEBSERVER_CACERT_FILE into that option (ironic-config/ironic.conf.j2): the
-                # bundle the pod mounts for IRONIC_CACERT_FILE. The kit sets neither.
-                env_set(c, "WEBSERVER_CACERT_FILE", "/certs/ca/ironic/tls.crt")
 
     def daemonset(self):
         return next(o for o in self.objs if o["kind"] == "DaemonSet"
