@@ -2,13 +2,13 @@
 (polled through the balancer, as the timeline is):
 
 - **kill**: SIGKILL to every process group of the node that owns host A (sidecar, Ironic,
-  httpd: the node dies as a machine would) once A's agent runs its deploy steps (A in `wait
-  call-back` or `deploying` for `active`, its deploy step past `deploy`, the step that boots
-  the ramdisk). Ironic's own rules decide what follows: the hash ring moves A to a live
-  conductor; a node reserved by the dead conductor in `deploying` goes to `deploy failed`
-  (ironic/conductor/manager.py `_check_orphan_nodes`, `utils.abort_on_conductor_take_over`),
-  a node in `wait call-back` is not reserved and continues on its new owner at the agent's
-  next heartbeat. main.py retries a failed deploy through the proxies.
+  httpd: the node dies as a machine would) while it holds A's lock during A's deploy. Ironic's
+  own rules decide what follows: the hash ring moves A to a live conductor; the survivors
+  release the dead conductor's lock (ironic/conductor/manager.py `_check_orphan_nodes`, by
+  the name it registered, which the kit makes the name it locks under) and fail a node in
+  `deploying` (`utils.abort_on_conductor_take_over`); one in `wait call-back` continues on
+  its new owner at the agent's next heartbeat. main.py retries a failed deploy through the
+  proxies.
 - **restart**: SIGTERM to the sidecar of the node that owns neither host, then its start (a
   native sidecar container restarting alone), then the same for the balancer, while an agent
   heartbeats (a host in `clean wait`).
@@ -30,6 +30,14 @@ from . import services
 from .kit import API_PORT, VMEDIA_TLS_PORT, wait_listening
 
 CPS = ["cp1", "cp2", "cp3"]
+
+
+def holder_address(name):
+    """The address in a conductor's name: ADDRESS:6189 or [ADDRESS]:6189 as the kit names
+    conductors, ADDRESS as 0.1.0 locked nodes."""
+    if name.startswith("["):
+        return name[1:].split("]", 1)[0]
+    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
 
 
 def cert_count(path):
@@ -75,6 +83,7 @@ class Faults:
         self.dead = set()  # roles killed
         self.killed_at = None  # A's state when its owner died
         self.kill_time = None
+        self.released_after = None  # seconds from the kill to the lock's release
         self.restarted = self.rotated = False
         self.rotation_step = 0
         self.stop_evt = threading.Event()
@@ -110,48 +119,74 @@ class Faults:
 
     # ------------------------------------------------------------------ kill A's owner
     def _kill_loop(self):
-        """Kills A's owner while A waits for its call-back with its agent writing the image
-        (fast track: the agent of cleaning deploys, so the first unlocked wait is
-        `write_image`'s) and no conductor holds A's lock. A node locked by the dead
-        conductor is never released with a JSON-RPC port other than 8089 (see `stuck`), so
-        the owner is frozen first and the lock read from the database while it cannot take
-        one (`_unlocked_frozen`); a lock found there thaws it and the loop waits on."""
+        """Kills A's owner while it holds A's lock during A's deploy: the hard moment. A's row
+        is polled in the database (a lock lasts a few seconds: a Redfish call, a deploy step);
+        when A is reserved by its owner the owner is frozen (SIGSTOP), and only if the lock is
+        still there once none of its statements runs is every process of the node SIGKILLed
+        (`_frozen_holder`); otherwise it thaws and the loop waits for the next lock. With the
+        kit's conductor name (ADDRESS:6189, [json_rpc]port 8089) the survivors release the
+        lock (manager.py `_check_orphan_nodes`) and fail a `deploying` node
+        (`utils.abort_on_conductor_take_over`); main.py retries the deploy as
+        baremetal-operator does."""
         ctx = self.ctx
-        while not self.stop_evt.wait(0.5):
+        uuid = ctx.uuids["host-a"]
+        owner = ctx.owners["host-a"]
+        owner_ips = set(ctx.topo.addresses(owner))
+        while not self.stop_evt.wait(0.2):
             try:
-                n = self.node("host-a")
+                state, target, reservation = ctx.db(
+                    "SELECT provision_state, target_provision_state, reservation FROM nodes "
+                    f"WHERE uuid = '{uuid}'")[0]
             except Exception:  # noqa: BLE001 - the next poll will do
                 continue
-            step = (n.get("deploy_step") or {}).get("step")
-            if (n["provision_state"] == "wait call-back"
-                    and n.get("target_provision_state") == "active"
-                    and step not in (None, "deploy") and not n.get("reservation")):
-                owner = ctx.owners["host-a"]
-                ctx.topo.signal(owner, signal.SIGSTOP)
-                why = self._unlocked_frozen(owner)
-                if why:
-                    ctx.topo.signal(owner, signal.SIGCONT)
-                    self.note(f"kill: not yet, {why}")
-                    continue
-                self.killed_at = (n["provision_state"], step)
-                self.note(f"kill: host-a in {n['provision_state']} (deploy step {step}, not "
-                          f"locked: read from the database with {owner} frozen); SIGKILL "
-                          f"every process of {owner} ({ctx.topo.ip(owner)}), its owner")
-                self.kill_time = time.monotonic()
-                ctx.topo.kill(owner)
-                self.dead.add(owner)
+            if state in ("active", "deploy failed", "error"):
+                self.note(f"kill: host-a reached {state} before a lock of its owner was "
+                          "caught: not killed")
                 return
-            if n["provision_state"] in ("active", "deploy failed", "error"):
-                self.note(f"kill: host-a reached {n['provision_state']} before its agent "
-                          "ran a deploy step past `deploy`: not killed")
+            if (target != "active" or state not in ("deploying", "wait call-back")
+                    or not reservation or holder_address(reservation) not in owner_ips):
+                continue
+            ctx.topo.signal(owner, signal.SIGSTOP)
+            held = self._frozen_holder(owner)
+            if held is None or holder_address(held[1]) not in owner_ips:
+                ctx.topo.signal(owner, signal.SIGCONT)
+                continue
+            self.killed_at = (held[0], f"locked by {held[1]}")
+            self.note(f"kill: host-a in {held[0]}, locked by {held[1]} (read from the database "
+                      f"with {owner} frozen); SIGKILL every process of {owner} "
+                      f"({ctx.topo.ip(owner)}), its owner")
+            self.kill_time = time.monotonic()
+            ctx.topo.kill(owner)
+            self.dead.add(owner)
+            self._released(uuid)
+            return
+
+    def _released(self, uuid):
+        """How long Ironic took to release the dead conductor's lock on A, and what it did to
+        A (the chaos table's figure); gives up after 300 s, which `stuck` reports."""
+        while not self.stop_evt.wait(0.5):
+            try:
+                state, reservation = self.ctx.db(
+                    "SELECT provision_state, reservation FROM nodes "
+                    f"WHERE uuid = '{uuid}'")[0]
+            except Exception:  # noqa: BLE001 - the next poll will do
+                continue
+            waited = time.monotonic() - self.kill_time
+            if reservation is None or holder_address(reservation) not in {
+                    self.ctx.topo.ip(r) for r in self.dead}:
+                self.released_after = round(waited, 1)
+                self.note(f"kill: the dead owner's lock on host-a released {waited:.1f} s "
+                          f"after the kill; host-a {state}")
+                return
+            if waited > 300:
                 return
 
-    def _unlocked_frozen(self, owner):
-        """With every process of `owner` stopped (SIGSTOP): None when host A is still in
-        `wait call-back` and unlocked, else why not. Read from MariaDB, once none of the
-        owner's connections runs a statement (a reservation the owner sent before it stopped
-        has then either committed, and shows here, or waits uncommitted in a transaction,
-        which the kill's closed connection rolls back)."""
+    def _frozen_holder(self, owner):
+        """With every process of `owner` stopped (SIGSTOP): (A's state, A's reservation) read
+        from MariaDB once none of the owner's connections runs a statement (a reservation the
+        owner sent before it stopped has then either committed, and shows here, or waits
+        uncommitted in a transaction, which the kill's closed connection rolls back); None when
+        A is not reserved then, or the owner froze mid-statement for 10 s."""
         topo, db = self.ctx.topo, self.ctx.db
         owner_ips = set(topo.addresses(owner))
         deadline = time.monotonic() + 10
@@ -163,14 +198,11 @@ class Faults:
             if not busy:
                 break
             if time.monotonic() > deadline:
-                return f"{owner} froze with a statement running: {busy}"
+                return None
             time.sleep(0.1)
-        rows = db("SELECT provision_state, reservation FROM nodes WHERE uuid = "
-                  f"'{self.ctx.uuids['host-a']}'")
-        state, reservation = rows[0]
-        if state != "wait call-back" or reservation is not None:
-            return f"host-a {state}, reserved by {reservation}"
-        return None
+        state, reservation = db("SELECT provision_state, reservation FROM nodes WHERE uuid = "
+                                f"'{self.ctx.uuids['host-a']}'")[0]
+        return (state, reservation) if reservation else None
 
     def stuck(self, n):
         """Why host A cannot move any more, or None: Ironic reserves a node under
@@ -184,9 +216,7 @@ class Faults:
             return None
         dead = {self.ctx.topo.ip(r) for r in self.dead}
         holder = n["reservation"]
-        # The kit's name is ADDRESS:6189 ([ADDRESS]:6189 for IPv6); 0.1.0 locked as ADDRESS.
-        address = holder.rsplit(":", 1)[0] if holder.endswith(":6189") else holder
-        if address.strip("[]") in dead and time.monotonic() - self.kill_time > 300:
+        if holder_address(holder) in dead and time.monotonic() - self.kill_time > 300:
             return (f"host-a still reserved by {holder} (killed "
                     f"{time.monotonic() - self.kill_time:.0f} s ago): Ironic never releases it")
         return None

@@ -372,10 +372,14 @@ def main():
             if not errors and faults.rotation_step == 2:
                 faults.rotate_drop_old()
             end = api.get(f"/v1/nodes/{a}?fields=provision_state,conductor")
-            run.check("fault: host-a's owner killed while its agent deployed",
-                      faults.killed_at is not None,
-                      f"{owners['host-a']} killed in {faults.killed_at}; host-a now "
-                      f"{end['provision_state']} on {end['conductor']}")
+            run.check("fault: host-a's owner killed while it held host-a's lock; the lock "
+                      "released, host-a carried by another conductor",
+                      faults.killed_at is not None and faults.released_after is not None
+                      and hosts_mod.conductor_host(end["conductor"] or "")
+                      not in topo.addresses(owners["host-a"]),
+                      f"{owners['host-a']} killed in {faults.killed_at}; lock released after "
+                      f"{faults.released_after} s; host-a now {end['provision_state']} on "
+                      f"{end['conductor']} (was {cond_a})")
             run.check("fault: a sidecar and the balancer restarted while heartbeats flowed",
                       faults.restarted, f"sidecar of {spare}, then the balancer")
             run.check("fault: CA rotated during the run", faults.rotation_step == 3,
