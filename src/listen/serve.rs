@@ -75,13 +75,17 @@ impl Listener {
             }))
         });
         let distrust = live.as_ref().map(|live| distrust(live, &info, &clock));
+        // An egress answers as a forward proxy, whose client may itself be a proxy that would
+        // take a Keep-Alive field for an end-to-end one: none there. Every other HTTP/1.1
+        // listener tells its clients (the pools between proxies) its idle timeout.
+        let hint = !h2 && !proxy.is_egress();
         let svc = Service {
             proxy,
             info,
             clock: clock.clone(),
             framing: framing.clone(),
             live,
-            keep_alive: (!h2).then(|| super::service::keep_alive_hint(limits.idle_timeout)),
+            keep_alive: hint.then(|| super::service::keep_alive_hint(limits.idle_timeout)),
         };
         let io = TokioIo::new(WatchedStream::new(
             io,

@@ -134,6 +134,11 @@ impl Proxy {
 
     /// Makes the listener an egress proxy (see [`egress`]).
     #[must_use]
+    /// Whether this listener is an egress (a forward proxy for Ironic's client).
+    pub fn is_egress(&self) -> bool {
+        self.egress.is_some()
+    }
+
     pub fn with_egress(mut self, egress: Option<Arc<egress::Egress>>) -> Self {
         self.egress = egress;
         self

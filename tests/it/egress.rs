@@ -293,6 +293,12 @@ print("fastest-keep-alive-ms", min(times[2:]) * 1000)
     // peer's Ironic. A refused request that had been sent on would have arrived before it.
     let (s, text) = rig.curl(&target, &["--proxy-user", &creds()]);
     assert_eq!(s, 200, "{text}");
+    // Keep-Alive is hop-by-hop: neither the peer's nor one of the egress's own reaches Ironic's
+    // client (the peer's sidecar sends one; a forward proxy's client may be a proxy too).
+    assert!(
+        !text.to_ascii_lowercase().contains("\nkeep-alive:"),
+        "a Keep-Alive field in the answer: {text}"
+    );
     let seen = rig.ironic.wait_for(before + 1, Duration::from_secs(5));
     assert_eq!(
         seen.len(),
@@ -380,6 +386,24 @@ fn egress_relays_plain_ports_in_plain_http_to_targets_only() {
     let (status, body) = get(&url, &["--proxy-user", &creds()]);
     assert_eq!(status, 200, "{body:.200}");
     assert_eq!(body.as_bytes(), &image[..]);
+    // The plain path: no Keep-Alive field in the answer either.
+    let head = curl(&[
+        "-x",
+        &proxy,
+        "--proxy-user",
+        &creds(),
+        "-s",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        &url,
+    ]);
+    assert!(
+        !head.stdout.to_ascii_lowercase().contains("keep-alive:"),
+        "a Keep-Alive field in the answer: {}",
+        head.stdout
+    );
     let hits = httpd.hits();
     assert_eq!(
         hits.len(),
