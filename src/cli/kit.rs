@@ -25,12 +25,9 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use super::ca_dir::ca_files;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::CertificateDer;
-
-use crate::pki::{Issuer, PkiError};
 
 /// bcrypt cost of the API's htpasswd entry: `htpasswd -B`'s default, which every reader of the
 /// file (the proxies, ironic-image's httpd, Ironic) verifies per new credential.
@@ -94,16 +91,8 @@ pub enum KitError {
     },
     #[error("{} holds no password on its first line", path.display())]
     EmptyPassword { path: PathBuf },
-    #[error("{} does not contain the CA certificate {}: proxies would not trust their own leaves", bundle.display(), ca.display())]
-    BundleWithoutCa { bundle: PathBuf, ca: PathBuf },
-    #[error("{}", path.display())]
-    Bundle {
-        path: PathBuf,
-        #[source]
-        source: PkiError,
-    },
-    #[error("CA directory")]
-    Ca(#[source] PkiError),
+    #[error(transparent)]
+    CaDir(#[from] super::ca_dir::CaDirError),
     #[error("cannot write the manifests to stdout")]
     Write(#[source] std::io::Error),
     #[error("the random generator failed")]
@@ -243,42 +232,6 @@ fn secret(out: &mut String, namespace: &str, name: &str, data: &[(&str, Vec<u8>)
     for (key, value) in data {
         let _ = writeln!(out, "  {key}: {}", STANDARD.encode(value));
     }
-}
-
-/// ca.crt and ca.key (checked to be a usable CA and its key) and ca-bundle.crt (checked to hold
-/// that CA), as the Secret's data.
-pub(super) fn ca_files(dir: &Path) -> Result<[(&'static str, Vec<u8>); 3], KitError> {
-    let (crt, key, bundle) = (
-        dir.join("ca.crt"),
-        dir.join("ca.key"),
-        dir.join("ca-bundle.crt"),
-    );
-    let issuer = Issuer::from_files(&crt, &key).map_err(KitError::Ca)?;
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| KitError::Read {
-            path: path.to_owned(),
-            source,
-        })
-    };
-    let bundle_pem = read(&bundle)?;
-    let bundle_err = |source| KitError::Bundle {
-        path: bundle.clone(),
-        source,
-    };
-    let certs = CertificateDer::pem_slice_iter(&bundle_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| bundle_err(PkiError::NoCertificate))?;
-    if certs.is_empty() {
-        return Err(bundle_err(PkiError::NoCertificate));
-    }
-    if !certs.iter().any(|c| c == issuer.cert_der()) {
-        return Err(KitError::BundleWithoutCa { bundle, ca: crt });
-    }
-    Ok([
-        ("ca.crt", read(&crt)?),
-        ("ca.key", read(&key)?),
-        ("ca-bundle.crt", bundle_pem),
-    ])
 }
 
 fn read_password(path: &Path) -> Result<String, KitError> {

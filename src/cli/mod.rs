@@ -3,6 +3,7 @@
 //! ([`kit`]), `kit check` ([`kit_check`]), and what `--version` says ([`version`]). The
 //! argument parsing of the other commands stays in `main.rs`.
 
+pub mod ca_dir;
 pub mod kit;
 pub mod kit_check;
 pub mod pki;

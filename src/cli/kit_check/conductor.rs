@@ -7,7 +7,7 @@
 //! stays locked for good. The kit's rendering: `[json_rpc]port` 8089 and `[DEFAULT]host` =
 //! address plus the port peers dial (the sidecar's JSON-RPC listener). Pure.
 
-use super::overlay::{Container, Overlay};
+use super::model::{Container, Overlay};
 use super::Line;
 
 /// Ironic's default `[json_rpc]port`: the one value at which the registered name is the host.
@@ -150,7 +150,7 @@ mod tests {
 
     fn overlay(c: Container) -> Overlay {
         let mut o = Overlay::default();
-        let mut w = super::super::overlay::Workload::default();
+        let mut w = super::super::model::Workload::default();
         w.containers.insert("ironic".into(), c);
         o.workloads.insert("DaemonSet/ironic".into(), w);
         o

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use yaml_rust2::Yaml;
 
-use super::overlay::{container, port, text, Container, Overlay, Workload, SITE_CONFIGMAP};
+use super::model::{container, port, text, Container, Overlay, Workload, SITE_CONFIGMAP};
 
 /// Applies `ops` to the object `target` names. `origin` names the patch in errors.
 pub(super) fn apply(target: &Yaml, ops: &[Yaml], origin: &str, o: &mut Overlay) {
@@ -299,7 +299,3 @@ fn workload(w: &mut Workload, rest: &[&str], op: Op, value: &Yaml) -> Result<(),
         }
     }
 }
-
-#[cfg(test)]
-#[path = "json6902_tests.rs"]
-mod tests;

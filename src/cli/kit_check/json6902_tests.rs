@@ -1,4 +1,4 @@
-//! Tests of [`super`] (json6902.rs).
+//! Tests of json6902.rs, through the overlay reader that applies its patches.
 
 use super::super::overlay::load;
 use super::super::overlay::tests::write;

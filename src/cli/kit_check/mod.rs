@@ -12,6 +12,7 @@ mod conductor;
 mod dhcp;
 mod facts;
 mod json6902;
+mod model;
 mod objects;
 mod overlay;
 mod rules;
@@ -155,7 +156,7 @@ pub fn check(args: &CheckArgs) -> Report {
 
 /// The CA's name constraints, once the folder is checked to be what `kit secrets` reads.
 fn ca_constraints(dir: &std::path::Path) -> Result<Option<NameConstraints>, String> {
-    let [(_, crt), _, _] = super::kit::ca_files(dir).map_err(|e| crate::error::chain(&e))?;
+    let [(_, crt), _, _] = super::ca_dir::ca_files(dir).map_err(|e| crate::error::chain(&e))?;
     let der = crate::identity::expiry::pem_certs(&String::from_utf8_lossy(&crt))
         .into_iter()
         .next()

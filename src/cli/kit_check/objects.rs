@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::overlay::{ImageOverride, Overlay};
+use super::model::{ImageOverride, Overlay};
 use super::Line;
 
 /// The Pod Security label the namespace needs: the kit's pods use the host network (and

@@ -11,13 +11,12 @@
 //! reduced to what is checked: containers by name, ports by number and protocol; a patch that
 //! changes a port's number adds the new one beside the old.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use yaml_rust2::{Yaml, YamlLoader};
 
-/// The site ConfigMap the kit's pods read (config/k8s/common/site.yaml).
-pub(super) const SITE_CONFIGMAP: &str = "ironic-proxy-site";
+use super::model::{command, env, items, port, text, ImageOverride, Overlay, SITE_CONFIGMAP};
 
 /// The kustomization files kustomize recognises in a folder.
 const KUSTOMIZATION: &[&str] = &["kustomization.yaml", "kustomization.yml", "Kustomization"];
@@ -25,93 +24,12 @@ const KUSTOMIZATION: &[&str] = &["kustomization.yaml", "kustomization.yml", "Kus
 /// How deep `resources` may nest: a cycle of folders ends here instead of looping.
 const MAX_DEPTH: usize = 16;
 
-/// A port a container declares.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Port {
-    /// `hostPort` when given, else `containerPort`.
-    pub(super) number: u16,
-    /// `TCP` (the default), `UDP` or `SCTP`.
-    pub(super) protocol: String,
-    /// Whether `hostPort` was given: the port is claimed on the node even off the host network.
-    pub(super) host: bool,
-}
-
-/// One container of a pod template.
-#[derive(Debug, Default)]
-pub(super) struct Container {
-    pub(super) image: Option<String>,
-    pub(super) ports: BTreeSet<Port>,
-    /// `env` entries with a literal `value` (a later entry or patch of one name wins).
-    pub(super) env: BTreeMap<String, String>,
-    /// `command` followed by `args`, as declared.
-    pub(super) command: Vec<String>,
-}
-
-/// A pod template of a DaemonSet, Deployment, StatefulSet, Job or CronJob.
-#[derive(Debug, Default)]
-pub(super) struct Workload {
-    pub(super) host_network: bool,
-    /// A StatefulSet's `replicas` (its pods are `<name>-0` ... `<name>-<replicas - 1>`).
-    pub(super) replicas: Option<u32>,
-    /// By name (init containers included: the kit's sidecar is one).
-    pub(super) containers: BTreeMap<String, Container>,
-    /// The names of `containers` and of `initContainers`, in their order: a JSON 6902 patch
-    /// names a container by its index.
-    pub(super) order: [Vec<String>; 2],
-    /// A patch added containers to a declared workload: where kustomize's merge puts them is
-    /// not modelled, so an index cannot be resolved.
-    pub(super) order_unknown: bool,
-}
-
-/// An `images:` entry of a kustomization.
-#[derive(Debug, Default, Clone)]
-pub(super) struct ImageOverride {
-    pub(super) new_name: Option<String>,
-    pub(super) new_tag: Option<String>,
-    pub(super) digest: Option<String>,
-}
-
-/// What the overlay says, merged.
-#[derive(Debug, Default)]
-pub(super) struct Overlay {
-    /// The files read, in order.
-    pub(super) files: Vec<PathBuf>,
-    /// Files that did not parse, with the parser's message.
-    pub(super) errors: Vec<String>,
-    /// Whether the site ConfigMap (or a patch or generator of it) was found.
-    pub(super) site_found: bool,
-    pub(super) site: BTreeMap<String, String>,
-    /// The outermost kustomization's `namespace`, else the objects' own.
-    pub(super) namespace: Option<String>,
-    /// `Namespace` objects' labels, by name.
-    pub(super) namespaces: BTreeMap<String, BTreeMap<String, String>>,
-    /// By `Kind/name`.
-    pub(super) workloads: BTreeMap<String, Workload>,
-    /// `images:` entries by the image name they match (without tag or digest), in the order
-    /// kustomize applies them: a base's first, so an overlay's entry sees the base's rewrite.
-    pub(super) images: Vec<(String, ImageOverride)>,
-}
-
 /// Reads the overlay in `dir`.
 pub(super) fn load(dir: &Path) -> Overlay {
     let mut o = Overlay::default();
     let mut seen = BTreeSet::new();
     folder(dir, 0, &mut o, &mut seen);
     o
-}
-
-/// A scalar as the text Kubernetes would read (`6385` and `"6385"` alike).
-pub(super) fn text(y: &Yaml) -> Option<String> {
-    match y {
-        Yaml::String(s) | Yaml::Real(s) => Some(s.clone()),
-        Yaml::Integer(i) => Some(i.to_string()),
-        Yaml::Boolean(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-fn items(y: &Yaml) -> &[Yaml] {
-    y.as_vec().map_or(&[], Vec::as_slice)
 }
 
 fn folder(dir: &Path, depth: usize, o: &mut Overlay, seen: &mut BTreeSet<PathBuf>) {
@@ -393,50 +311,12 @@ fn workload(spec: &Yaml, key: &str, o: &mut Overlay) {
     }
 }
 
-/// A container as declared (a JSON 6902 value): its image and ports.
-pub(super) fn container(c: &Yaml) -> Result<Container, String> {
-    let image = match &c["image"] {
-        Yaml::BadValue => None,
-        y => Some(y.as_str().ok_or("`image` must be text")?.to_owned()),
-    };
-    let ports = items(&c["ports"]).iter().filter_map(port).collect();
-    Ok(Container {
-        image,
-        ports,
-        env: env(c).collect(),
-        command: command(c),
-    })
-}
-
-/// A container's `env` entries that have a literal `value`.
-fn env(c: &Yaml) -> impl Iterator<Item = (String, String)> + '_ {
-    items(&c["env"]).iter().filter_map(|e| {
-        let name = e["name"].as_str()?;
-        Some((name.to_owned(), text(&e["value"])?))
-    })
-}
-
-/// A container's `command` and `args`, one list.
-fn command(c: &Yaml) -> Vec<String> {
-    items(&c["command"])
-        .iter()
-        .chain(items(&c["args"]))
-        .filter_map(text)
-        .collect()
-}
-
-/// A declared port, kept as declared: whether it claims the node's port depends on the pod's
-/// host network, which a later patch may set, so it is decided when the checks run.
-pub(super) fn port(p: &Yaml) -> Option<Port> {
-    let host = p["hostPort"].as_i64();
-    let number = host.or_else(|| p["containerPort"].as_i64())?;
-    Some(Port {
-        number: u16::try_from(number).ok()?,
-        protocol: p["protocol"].as_str().unwrap_or("TCP").to_owned(),
-        host: host.is_some(),
-    })
-}
-
 #[cfg(test)]
 #[path = "overlay_tests.rs"]
 pub(super) mod tests;
+
+// JSON 6902 patches are tested as the overlay reader applies them: a child of this module, so
+// that json6902.rs, below the reader, imports nothing of it.
+#[cfg(test)]
+#[path = "json6902_tests.rs"]
+mod json6902_tests;

@@ -3,7 +3,7 @@
 use super::*;
 
 /// Writes `text` to `dir/name`, making its folders (also for json6902's tests).
-pub(in super::super) fn write(dir: &Path, name: &str, text: &str) {
+pub(super) fn write(dir: &Path, name: &str, text: &str) {
     let path = dir.join(name);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();

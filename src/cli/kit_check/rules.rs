@@ -6,8 +6,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::path::Path;
 
 use super::facts::{self, API_VIPS, MARIADB_HOST, NODE_ADDRESSES, PEER_CIDRS};
+use super::model::{Overlay, SITE_CONFIGMAP};
 use super::objects::Layout;
-use super::overlay::{Overlay, SITE_CONFIGMAP};
 use super::Line;
 use crate::pki::{NameConstraints, San};
 
