@@ -127,6 +127,32 @@ def check_doctor_order():
             fail("docs/troubleshoot.md", f"doctor's FAIL lines link #{a}; no row has that id")
 
 
+def check_readme_doctor_order():
+    """The README's list of doctor's checks (the quick start's "`doctor` prints one `PASS`
+    line per check (...)") in the order doctor reports them."""
+    code = code_order()
+    text = read("README.md")
+    m = re.search(r"`doctor` prints one `PASS` line per check \(([^)]*)\)", text)
+    if not m:
+        fail("README.md", "the quick start's list of doctor's checks was not found")
+        return
+    at = []
+    for span in re.findall(r"`([^`]+)`", m.group(1)):
+        prefix = anchor(re.split(r"[.\[]", span)[0])
+        idx = next((i for i, a in enumerate(code) if a == prefix or a.startswith(prefix + "-")),
+                   None)
+        count("readme doctor order")
+        if idx is None:
+            fail("README.md", f"doctor's list names {span}, which src/doctor/ does not report")
+            continue
+        at.append((idx, span))
+    for (i, a), (j, b) in zip(at, at[1:]):
+        if i > j:
+            fail("README.md", f"doctor's list gives {b} after {a}; doctor reports {b} first "
+                 "(src/doctor/mod.rs `run`)")
+            break
+
+
 # ------------------------------------------------------------------ 12: counts in help texts
 def printed_secrets():
     """How many Secrets `kit secrets` prints with the default flags."""

@@ -45,6 +45,11 @@ SEEDS = [
      "", "link #doctor-peers-dns-each; no row"),
     ("a help text's count", "src/cli/kit.rs", "the kit's five Secrets", "the kit's four Secrets",
      "says four Secrets; `kit secrets` prints 5"),
+    ("the README's doctor order", "README.md", "`scale.*`, `upstream[...]`",
+     "`upstream[...]`, `scale.*`", "doctor's list gives scale.* after upstream[...]"),
+    ("a command missing from the table", "README.md",
+     "| `ironic-proxy kit check --site DIR --ca-dir DIR` |", "| `ironic-proxy kit` |",
+     "no row for `ironic-proxy kit check`"),
     ("a kit check row", "docs/troubleshoot.md", "<a id=\"kit-check-vip-ca\"></a>", "",
      "linking #kit-check-vip-ca; no row"),
 ]

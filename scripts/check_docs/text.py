@@ -27,6 +27,30 @@ def help_tree():
     return sub
 
 
+def check_command_table():
+    """Every command of --help that takes no subcommand has a row in the README's command
+    table (`| \`ironic-proxy CMD ...\` | ... |`)."""
+    sub = help_tree()
+    readme = read("README.md")
+    rows = re.findall(r"^\| `ironic-proxy ([a-z ]+?)(?: [\[(<A-Z-]|`)", readme, re.M)
+    listed = {r.strip() for r in rows}
+    leaves, todo = [], [()]
+    while todo:
+        path = todo.pop()
+        got = sub(path)
+        if got is None:
+            continue
+        if got[1]:
+            todo += [path + (c,) for c in sorted(got[1])]
+        elif path:
+            leaves.append(" ".join(path))
+    for leaf in sorted(leaves):
+        count("command table")
+        if leaf not in listed:
+            fail("README.md", f"the command table has no row for `ironic-proxy {leaf}` "
+                 "(--help lists it)")
+
+
 def check_flags(all_docs):
     helper = help_tree()
     cache = {}
