@@ -194,8 +194,8 @@ def main():
     qemu = subprocess.Popen(
         [QEMU, "-accel", "tcg", "-m", str(args.memory), "-smp", "1",
          "-display", "none", "-monitor", "none", "-no-reboot",
-         "-kernel", os.path.join(ramdisk, "ipa.kernel"),
-         "-initrd", os.path.join(ramdisk, "ipa.initramfs"), "-append", append,
+         "-kernel", os.path.join(ramdisk, "ironic-python-agent.kernel"),
+         "-initrd", os.path.join(ramdisk, "ironic-python-agent.initramfs"), "-append", append,
          "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56",
          "-drive", f"file={disk},format=qcow2,if=virtio",
          "-device", "virtio-rng-pci", "-serial", f"file:{serial}"],

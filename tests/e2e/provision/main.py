@@ -61,7 +61,8 @@ def ipa_files(path):
     """(kernel, initramfs) of scripts/build-ipa-ramdisk's output directory, or None."""
     if not path:
         return None
-    k, r = os.path.join(path, "ipa.kernel"), os.path.join(path, "ipa.initramfs")
+    k = os.path.join(path, "ironic-python-agent.kernel")
+    r = os.path.join(path, "ironic-python-agent.initramfs")
     return (k, r) if os.path.exists(k) and os.path.exists(r) else None
 
 
@@ -69,7 +70,7 @@ def placeholder_ipa(tmp):
     """Without a ramdisk: 8 KiB files so that Ironic validates and writes the boot files; iPXE
     downloads them and stops there (the PXE chain up to the kernel download)."""
     out = []
-    for name in ("ipa.kernel", "ipa.initramfs"):
+    for name in ("ironic-python-agent.kernel", "ironic-python-agent.initramfs"):
         p = os.path.join(tmp, name)
         with open(p, "wb") as f:
             f.write(b"\0" * 8192)

@@ -63,8 +63,11 @@ def render(topo, tmp, dist, ca_dir, ipa, admin_password):
     """Runs the quick start for this topology; returns (the applied objects, its output)."""
     files = {}
     for name, body in (("mariadb-admin.password", admin_password + "\n"),
-                       ("ipa-kernel.sha256", sha256(ipa[0]) + "\n"),
-                       ("ipa-initramfs.sha256", sha256(ipa[1]) + "\n")):
+                       # As scripts/build-ipa-ramdisk writes them: `sha256sum FILE`'s line.
+                       ("ironic-python-agent.kernel.sha256",
+                        f"{sha256(ipa[0])}  ironic-python-agent.kernel\n"),
+                       ("ironic-python-agent.initramfs.sha256",
+                        f"{sha256(ipa[1])}  ironic-python-agent.initramfs\n")):
         files[name] = os.path.join(tmp, "operator-" + name)
         with open(files[name], "w") as f:
             f.write(body)
