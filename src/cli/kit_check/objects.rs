@@ -94,8 +94,9 @@ pub(super) fn namespace(o: &Overlay, layout: &Layout) -> Line {
         );
     };
     let fix = format!(
-        "add to the overlay a Namespace {ns} labelled {PSA_ENFORCE}: privileged (the kit's pods \
-         use the host network, dnsmasq NET_ADMIN)"
+        "keep the kit's Namespace among the overlay's resources (its `namespace: {ns}` renames \
+         it, labels and all) with {PSA_ENFORCE}: privileged (the kit's pods use the host \
+         network, dnsmasq NET_ADMIN); add no second Namespace object"
     );
     if !layout.host_network {
         let level = o

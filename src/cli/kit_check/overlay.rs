@@ -48,6 +48,8 @@ fn folder(dir: &Path, depth: usize, o: &mut Overlay, seen: &mut BTreeSet<PathBuf
         .as_ref()
         .and_then(|p| parse(p, o))
         .and_then(|docs| docs.into_iter().next());
+    // The Namespaces this folder brings: its `namespace:` renames them (below).
+    let before: BTreeSet<String> = o.namespaces.keys().cloned().collect();
     if let Some(k) = &k {
         for entry in items(&k["resources"]).iter().chain(items(&k["components"])) {
             let Some(rel) = entry.as_str() else { continue };
@@ -114,6 +116,38 @@ fn folder(dir: &Path, depth: usize, o: &mut Overlay, seen: &mut BTreeSet<PathBuf
     // The outermost kustomization is read last: its namespace applies to everything.
     if let Some(ns) = k["namespace"].as_str() {
         o.namespace = Some(ns.to_owned());
+        rename_namespaces(o, &before, ns);
+    }
+}
+
+/// kustomize's namespace transformer on the Namespace objects a kustomization with
+/// `namespace: ns` brings (those not in `before`): each is renamed to `ns`, its labels kept, as
+/// `kubectl kustomize` renders it. Two different ones renamed to one name is kustomize's own
+/// error ("namespace transformation produces ID conflict"), kept as an error of the overlay.
+fn rename_namespaces(o: &mut Overlay, before: &BTreeSet<String>, ns: &str) {
+    let brought: Vec<String> = o
+        .namespaces
+        .keys()
+        .filter(|n| !before.contains(*n) && n.as_str() != ns)
+        .cloned()
+        .collect();
+    // A Namespace already named `ns` beside one renamed to it: two objects of one ID.
+    let clash = brought.len() > 1 || (!brought.is_empty() && o.namespaces.contains_key(ns));
+    if clash {
+        o.errors.push(format!(
+            "`namespace: {ns}` renames the Namespaces {} to {ns}: kustomize fails with \
+             \"namespace transformation produces ID conflict\"; keep one Namespace object",
+            brought.join(", ")
+        ));
+        return;
+    }
+    for old in brought {
+        if let Some(labels) = o.namespaces.remove(&old) {
+            o.namespaces
+                .entry(ns.to_owned())
+                .or_default()
+                .extend(labels);
+        }
     }
 }
 

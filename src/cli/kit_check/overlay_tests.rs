@@ -108,3 +108,55 @@ fn a_file_that_does_not_parse_is_named_and_a_cycle_ends() {
         missing.errors
     );
 }
+
+/// kustomize's namespace transformer renames the kit's Namespace: an overlay with
+/// `namespace: baremetal-operator-system` on a base whose Namespace is `metal3` has one
+/// Namespace, `baremetal-operator-system`, with the base's labels (what `kubectl kustomize`
+/// renders); a second Namespace of that name in the overlay is kustomize's ID conflict.
+#[test]
+fn the_overlay_namespace_renames_the_kits_namespace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    write(
+        &base,
+        "kustomization.yaml",
+        "resources:\n  - namespace.yaml\n",
+    );
+    write(
+        &base,
+        "namespace.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: metal3\n  labels:\n    \
+         pod-security.kubernetes.io/enforce: privileged\n",
+    );
+    let site = tmp.path().join("site");
+    write(
+        &site,
+        "kustomization.yaml",
+        "namespace: baremetal-operator-system\nresources:\n  - ../base\n",
+    );
+    let o = load(&site);
+    assert!(o.errors.is_empty(), "{:?}", o.errors);
+    assert_eq!(o.namespace.as_deref(), Some("baremetal-operator-system"));
+    assert_eq!(
+        o.namespaces.keys().collect::<Vec<_>>(),
+        ["baremetal-operator-system"]
+    );
+    assert_eq!(
+        o.namespaces["baremetal-operator-system"]
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("privileged")
+    );
+    // Adding the Namespace by its new name, as an older `kit check` suggested: two objects.
+    write(
+        &site,
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: baremetal-operator-system\n",
+    );
+    let o = load(&site);
+    assert!(
+        o.errors.iter().any(|e| e.contains("ID conflict")),
+        "{:?}",
+        o.errors
+    );
+}
