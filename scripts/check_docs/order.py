@@ -128,13 +128,18 @@ def check_doctor_order():
 
 
 def check_readme_doctor_order():
-    """The README's list of doctor's checks (the quick start's "`doctor` prints one `PASS`
-    line per check (...)") in the order doctor reports them."""
+    """The quick start's list of doctor's checks ("`doctor` prints one `PASS` line per check
+    (...)", in the README and in install.md) in the order doctor reports them."""
+    for path in ("README.md", "docs/install.md"):
+        doctor_list_order(path)
+
+
+def doctor_list_order(path):
     code = code_order()
-    text = read("README.md")
+    text = read(path)
     m = re.search(r"`doctor` prints one `PASS` line per check \(([^)]*)\)", text)
     if not m:
-        fail("README.md", "the quick start's list of doctor's checks was not found")
+        fail(path, "the quick start's list of doctor's checks was not found")
         return
     at = []
     for span in re.findall(r"`([^`]+)`", m.group(1)):
@@ -143,12 +148,12 @@ def check_readme_doctor_order():
                    None)
         count("readme doctor order")
         if idx is None:
-            fail("README.md", f"doctor's list names {span}, which src/doctor/ does not report")
+            fail(path, f"doctor's list names {span}, which src/doctor/ does not report")
             continue
         at.append((idx, span))
     for (i, a), (j, b) in zip(at, at[1:]):
         if i > j:
-            fail("README.md", f"doctor's list gives {b} after {a}; doctor reports {b} first "
+            fail(path, f"doctor's list gives {b} after {a}; doctor reports {b} first "
                  "(src/doctor/mod.rs `run`)")
             break
 

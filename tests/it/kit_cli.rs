@@ -494,6 +494,7 @@ fn kit_check_passes_a_correct_overlay_on_the_kit() {
         "dhcp.ranges",
         "dhcp.overlap",
         "host_ports",
+        "conductor_name",
         "namespace.psa",
         "images.digest",
     ] {
@@ -502,7 +503,7 @@ fn kit_check_passes_a_correct_overlay_on_the_kit() {
             "{check}: {report}"
         );
     }
-    assert!(report.ends_with("12 checks, 0 failed\n"), "{report}");
+    assert!(report.ends_with("13 checks, 0 failed\n"), "{report}");
 }
 
 #[test]
@@ -674,6 +675,7 @@ fn kit_check_knows_the_statefulset_layout() {
         "names.ca",
         "dhcp.layout",
         "host_ports",
+        "conductor_name",
         "namespace.psa",
         "images.digest",
     ] {
@@ -692,7 +694,7 @@ fn kit_check_knows_the_statefulset_layout() {
         ),
         "{report}"
     );
-    assert!(report.ends_with("10 checks, 0 failed\n"), "{report}");
+    assert!(report.ends_with("11 checks, 0 failed\n"), "{report}");
 }
 
 #[test]
