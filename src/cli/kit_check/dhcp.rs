@@ -151,3 +151,140 @@ pub(super) fn dhcp(site: &BTreeMap<String, String>, layout: &Layout) -> Vec<Line
     };
     vec![inside, overlap]
 }
+
+/// The site key naming the provisioning NIC when it is not the node's Kubernetes address's.
+pub(super) const PROVISIONING_INTERFACE: &str = "PROVISIONING_INTERFACE";
+
+/// `provisioning.network` (host-network layouts, with `IRONIC_PROXY_PROVISIONING_CIDRS` set):
+/// hosts being provisioned reach Ironic, httpd and dnsmasq at the address the kit's containers
+/// take: `PROVISIONING_INTERFACE`'s when set (a separate provisioning NIC), else the node's
+/// Kubernetes address, which must then lie on the provisioning network.
+pub(super) fn provisioning(site: &BTreeMap<String, String>, layout: &Layout) -> Option<Line> {
+    if layout.pods.is_some() || !layout.host_network {
+        return None;
+    }
+    let nets = match fact(site, facts::PROVISIONING_CIDRS)
+        .map(|v| facts::networks(facts::PROVISIONING_CIDRS, v))?
+    {
+        Ok(n) => n,
+        // dhcp.ranges names a CIDR that does not parse.
+        Err(_) => return None,
+    };
+    let name = "provisioning.network";
+    if let Some(iface) = fact(site, PROVISIONING_INTERFACE) {
+        let valid = !iface.is_empty()
+            && iface.len() <= 15
+            && !iface.contains(['/', ':'])
+            && !iface.contains(char::is_whitespace);
+        return Some(if valid {
+            Line::pass(
+                name,
+                format!(
+                    "a separate provisioning NIC: ironic, httpd, dnsmasq and the sidecar take the \
+                     address of {iface} on every node (the node addresses are not checked \
+                     against {})",
+                    facts::PROVISIONING_CIDRS
+                ),
+            )
+        } else {
+            Line::fail(
+                name,
+                format!("{PROVISIONING_INTERFACE} {iface:?} is not an interface name"),
+                "the provisioning NIC's name, the same on every control-plane node (at most 15 \
+                 characters, no '/', ':' or spaces), or empty when the provisioning network is \
+                 on the nodes' Kubernetes addresses",
+            )
+        });
+    }
+    let nodes =
+        fact(site, NODE_ADDRESSES).and_then(|v| facts::addresses(NODE_ADDRESSES, v).ok())?;
+    // Only the families the provisioning network has: a dual-stack node on an IPv4-only
+    // provisioning network is fine.
+    let outside: Vec<String> = nodes
+        .iter()
+        .filter(|ip| nets.iter().any(|n| n.addr().is_ipv4() == ip.is_ipv4()))
+        .filter(|ip| !nets.iter().any(|n| n.contains(*ip)))
+        .map(ToString::to_string)
+        .collect();
+    Some(if outside.is_empty() {
+        Line::pass(
+            name,
+            format!(
+                "the node addresses are on the provisioning network ({}), where hosts reach \
+                 Ironic, httpd and dnsmasq",
+                facts::PROVISIONING_CIDRS
+            ),
+        )
+    } else {
+        Line::fail(
+            name,
+            format!(
+                "{} ({NODE_ADDRESSES}) outside {}: with {PROVISIONING_INTERFACE} empty, hosts \
+                 being provisioned reach Ironic, httpd and dnsmasq at the node's Kubernetes \
+                 address",
+                outside.join(", "),
+                facts::PROVISIONING_CIDRS
+            ),
+            format!(
+                "if the provisioning network is on another NIC of the nodes, set \
+                 {PROVISIONING_INTERFACE} to its name (the same on every node; docs/install.md, \
+                 \"A separate provisioning network\"); else correct {}",
+                facts::PROVISIONING_CIDRS
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod provisioning_tests {
+    use super::*;
+
+    fn site(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    const HOST: Layout = Layout {
+        host_network: true,
+        pods: None,
+        dnsmasq: true,
+    };
+
+    #[test]
+    fn nodes_off_the_provisioning_network_fail_unless_an_interface_is_named() {
+        let cidrs = (facts::PROVISIONING_CIDRS, "192.168.111.0/24");
+        let on = site(&[cidrs, (NODE_ADDRESSES, "192.168.111.21,fd00::21")]);
+        assert!(provisioning(&on, &HOST).expect("line").ok);
+        let off = site(&[cidrs, (NODE_ADDRESSES, "10.0.0.21,10.0.0.22")]);
+        let line = provisioning(&off, &HOST).expect("line");
+        assert!(!line.ok);
+        assert!(
+            line.detail.starts_with("10.0.0.21, 10.0.0.22 "),
+            "{}",
+            line.detail
+        );
+        assert!(
+            line.fix.contains("set PROVISIONING_INTERFACE"),
+            "{}",
+            line.fix
+        );
+        let nic = site(&[
+            cidrs,
+            (NODE_ADDRESSES, "10.0.0.21"),
+            (PROVISIONING_INTERFACE, "eno2"),
+        ]);
+        assert!(provisioning(&nic, &HOST).expect("line").ok);
+        let bad = site(&[cidrs, (PROVISIONING_INTERFACE, "eno 2")]);
+        assert!(!provisioning(&bad, &HOST).expect("line").ok);
+        // No provisioning network given, or the pod-network layout: not checked.
+        assert!(provisioning(&site(&[(NODE_ADDRESSES, "10.0.0.21")]), &HOST).is_none());
+        let pods = Layout {
+            host_network: false,
+            pods: Some(vec!["ironic-0".into()]),
+            dnsmasq: false,
+        };
+        assert!(provisioning(&off, &pods).is_none());
+    }
+}

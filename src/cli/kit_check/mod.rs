@@ -147,6 +147,7 @@ pub fn check(args: &CheckArgs) -> Report {
     lines.extend(rules::addresses(&o.site, ca.as_ref(), &layout));
     lines.push(rules::names(&o, ca.as_ref(), &layout));
     lines.extend(dhcp::dhcp(&o.site, &layout));
+    lines.extend(dhcp::provisioning(&o.site, &layout));
     lines.push(objects::host_ports(&o));
     lines.push(conductor::conductor_name(&o));
     lines.push(objects::namespace(&o, &layout));
