@@ -163,12 +163,11 @@ pub(super) fn provisioning(site: &BTreeMap<String, String>, layout: &Layout) -> 
     if layout.pods.is_some() || !layout.host_network {
         return None;
     }
-    let nets = match fact(site, facts::PROVISIONING_CIDRS)
+    // A CIDR that does not parse is dhcp.ranges' to name.
+    let Ok(nets) = fact(site, facts::PROVISIONING_CIDRS)
         .map(|v| facts::networks(facts::PROVISIONING_CIDRS, v))?
-    {
-        Ok(n) => n,
-        // dhcp.ranges names a CIDR that does not parse.
-        Err(_) => return None,
+    else {
+        return None;
     };
     let name = "provisioning.network";
     if let Some(iface) = fact(site, PROVISIONING_INTERFACE) {
