@@ -257,8 +257,16 @@ def boot_clients(run, via, u, url):
     owner, config = run.owner(u), run.mac_path(u)
     base = url.rsplit("/", 1)[0]
     got = {}
+    # boot.ipxe is found on whichever conductor wrote it last: any one's copy.
+    scripts = []
+    for i in run.instances:
+        try:
+            scripts.append(run.on_disk(i, "/boot.ipxe"))
+        except OSError:
+            pass
+    status, body = ipxe_tls.curl(url, ipxe_tls.CURRENT, run.ca)
+    got["boot.ipxe"] = (status, body in scripts)
     for what, link, disk in [
-        ("boot.ipxe", url, run.on_disk(run.instances[0], "/boot.ipxe")),
         ("config", base + config, run.on_disk(owner, config)),
         ("kernel", f"https://{owner.ip}:{run.ipxe_tls_port}/{u}/kernel",
          run.on_disk(owner, f"/{u}/kernel")),
