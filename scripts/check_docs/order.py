@@ -7,7 +7,7 @@ import re
 import subprocess
 import tempfile
 
-from .common import BIN, count, fail, read
+from .common import BIN, count, docs, fail, read
 
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
            "eight": 8, "nine": 9, "ten": 10}
@@ -208,3 +208,70 @@ def check_kit_rows():
         if f'id="{a}"' not in text:
             fail("docs/troubleshoot.md", f"`kit check` can print `FAIL {n}: ...` linking #{a}; "
                  "no row has that id")
+
+
+# ------------------------------------------------------------------ counts, file names, reads
+def check_compatibility_counts():
+    """compatibility.md: the variants the heading counts are the most any cell passed or ran
+    (a cell `a/b variants` with b above the heading's N contradicts it)."""
+    text = read("docs/compatibility.md")
+    m = re.search(r"x (\d+) variants in", text)
+    if not m:
+        fail("docs/compatibility.md", "no `x N variants in` line: the heading changed")
+        return
+    n = int(m.group(1))
+    for a, b in re.findall(r"(\d+)/(\d+) variants", text):
+        count("compatibility counts")
+        if int(b) != n:
+            fail("docs/compatibility.md", f"a cell says {a}/{b} variants under a heading of "
+                 f"{n} variants: regenerate it (scripts/gen-compatibility)")
+            return
+
+
+def ipa_build_names():
+    """The files scripts/build-ipa-ramdisk writes into its output directory."""
+    text = read("scripts/build-ipa-ramdisk")
+    names = set(re.findall(r'"\$work/out/([A-Za-z0-9._-]+)"', text))
+    for loop in re.findall(r"for f in ([^;]+); do", text):
+        for f in loop.split():
+            if 'sha256sum "$f" >"$f.sha256"' in text:
+                names.add(f"{f}.sha256")
+    names.add("SHA256SUMS")
+    return names
+
+
+def check_ipa_file_names():
+    """The IPA files the quick start reads (`$(cat NAME)`) and the names the kit serves are
+    the ones scripts/build-ipa-ramdisk writes."""
+    built = ipa_build_names()
+    for path in ("README.md", "docs/install.md"):
+        text = read(path)
+        for name in re.findall(r"\$\(cat ([A-Za-z0-9._-]+\.sha256)\)", text):
+            count("IPA file names")
+            if name not in built:
+                fail(path, f"the quick start reads {name}; scripts/build-ipa-ramdisk writes "
+                     f"{', '.join(sorted(built))}")
+    kit = read("config/k8s/components/deploy-ramdisk/kustomization.yaml")
+    for name in re.findall(r"get (ironic-python-agent\.[a-z]+) ", kit):
+        count("IPA file names")
+        if name not in built:
+            fail("config/k8s/components/deploy-ramdisk", f"serves {name}, which "
+                 "scripts/build-ipa-ramdisk does not write")
+
+
+def check_command_reads():
+    """A sentence saying which variable a command reads names every variable that command's
+    configuration comes from: `run`, `check` and `doctor` take IRONIC_PROXY_CONFIG before
+    IRONIC_PROXY_PROFILE (src/main.rs), so a text naming only the profile's is wrong for a
+    container that sets the file (the boot-files component does)."""
+    main = read("src/main.rs")
+    both = "IRONIC_PROXY_CONFIG" in main and "IRONIC_PROXY_PROFILE" in main
+    for path, text in docs():
+        for sentence in re.split(r"(?<=[.;])\s", text.replace("\n", " ")):
+            m = re.search(r"`(run|check|doctor)` reads\b", sentence)
+            if not m or "IRONIC_PROXY_PROFILE" not in sentence:
+                continue
+            count("command reads")
+            if both and "IRONIC_PROXY_CONFIG" not in sentence:
+                fail(path, f"says `{m.group(1)}` reads IRONIC_PROXY_PROFILE without "
+                     "IRONIC_PROXY_CONFIG, which it reads first")
