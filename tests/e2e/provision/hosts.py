@@ -179,6 +179,17 @@ def publish_image(kit, label, tmp):
     return marker, img, size, digest
 
 
+# How many times a deploy failed by a fault is retried, as baremetal-operator keeps retrying
+# with a growing backoff; a fault takes a host over once.
+RETRIES = 3
+
+
+def heartbeat(api, uuid):
+    """The agent's last heartbeat as Ironic recorded it (driver_internal_info)."""
+    n = api.get(f"/v1/nodes/{uuid}?fields=driver_internal_info", timeout=10)
+    return (n.get("driver_internal_info") or {}).get("agent_last_heartbeat")
+
+
 def deploy(ctx, label, retry_if=None):
     """As baremetal-operator provisions (pkg/provisioner/ironic/ironic.go Provision and
     getInstanceUpdateOpts: instance_info image_source, image_os_hash_algo/value,
@@ -204,18 +215,34 @@ def deploy(ctx, label, retry_if=None):
                    "user_data": f"#cloud-config\nhostname: {label}\n"}
     body = {"configdrive": configdrive}
     stuck = ctx.stuck.get(label)
-    try:
-        provision(api, uuid, label, "active", "active", body=body, timeout=DEPLOY,
-                  stuck=stuck)
-    except Failure as e:
-        if stuck and "never releases" in str(e):
-            raise
-        why = retry_if() if retry_if else None
-        if not why:
-            raise
-        run.check(f"{label}: deploy failed by Ironic's rule after the fault", True,
-                  f"{e}; {why}; retrying `active` through the proxies")
-        provision(api, uuid, label, "active", "active", body=body, timeout=DEPLOY)
+    retries = []
+    while True:
+        try:
+            provision(api, uuid, label, "active", "active", body=body, timeout=DEPLOY,
+                      stuck=stuck if not retries else None)
+            break
+        except Failure as e:
+            if stuck and "never releases" in str(e):
+                raise
+            why = retry_if() if retry_if else None
+            if not why or len(retries) == RETRIES:
+                raise
+            # baremetal-operator records the failure and comes back after a backoff that
+            # grows with each (internal/controller/metal3.io/action_result.go calculateBackoff:
+            # 2^errors minutes less up to half of it), then deploys again. Here the wait is
+            # the event that backoff waits out: the agent's next heartbeat, which reaches the
+            # conductor that took the node over, and which stores the agent's certificate
+            # there (ironic/conductor/utils.py store_agent_certificate: "assuming take over").
+            # A deploy sent before it reaches the new conductor is refused by Ironic itself
+            # ("Agent CA ... is neither a path nor a boolean": the dead conductor's path).
+            seen = heartbeat(api, uuid)
+            run.check(f"{label}: deploy failed by Ironic's rule after the fault", True,
+                      f"{e}; {why}; waiting for the agent's next heartbeat, then `active` "
+                      f"again through the proxies (retry {len(retries) + 1})")
+            wait_for(f"{label}'s agent to heartbeat again after the failure",
+                     lambda: heartbeat(api, uuid) not in (None, seen), STEP, interval=2)
+            retries.append(str(e))
+    ctx.retries[label] = retries
     n = api.get(f"/v1/nodes/{uuid}?fields=conductor,driver_internal_info")
     agent = (n.get("driver_internal_info") or {}).get("agent_url", "-")
     run.check(f"deployed {label}: active", True, f"owner {n['conductor']}, image {url} "

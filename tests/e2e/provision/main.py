@@ -325,7 +325,7 @@ def main():
             api=api, kit=kit, topo=topo, run=run, tmp=tmp, proxy_bin=args.proxy_bin,
             uuids={"host-a": a, "host-b": b}, hosts=hosts, owners=owners,
             boot={"host-a": "ipxe", "host-b": "redfish-virtual-media"},
-            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={}, lb=None, db=db,
+            image_role=owners["host-b"], spare=spare, retry_if={}, stuck={}, retries={}, lb=None, db=db,
             image_base=f"http://{topo.url_host(owners['host-b'])}:{API_PORT}/images")
         for label, u in ctx.uuids.items():
             timeline.watch(u, label)
@@ -380,7 +380,8 @@ def main():
                       not in topo.addresses(owners["host-a"]),
                       f"{owners['host-a']} killed in {faults.killed_at}; lock released after "
                       f"{faults.released_after} s; host-a now {end['provision_state']} on "
-                      f"{end['conductor']} (was {cond_a})")
+                      f"{end['conductor']} (was {cond_a}); deploy retries as "
+                      f"baremetal-operator retries: {len(ctx.retries.get('host-a', []))}")
             run.check("fault: a sidecar and the balancer restarted while heartbeats flowed",
                       faults.restarted, f"sidecar of {spare}, then the balancer")
             run.check("fault: CA rotated during the run", faults.rotation_step == 3,

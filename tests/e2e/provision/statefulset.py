@@ -70,5 +70,6 @@ def enrol(run, api, kit, topo, tmp, args, hosts, bmc_url, auth, timeline):
     return types.SimpleNamespace(
         api=api, kit=kit, topo=topo, run=run, tmp=tmp, proxy_bin=args.proxy_bin,
         uuids={"host-b": b}, hosts=hosts, owners={"host-b": owner},
-        boot={"host-b": "redfish-virtual-media"}, retry_if={}, stuck={}, lb=podnet.LB,
+        boot={"host-b": "redfish-virtual-media"}, retry_if={}, stuck={}, retries={},
+        lb=podnet.LB,
         image_base=f"https://{podnet.LB}:{VMEDIA_TLS_PORT}/images")
