@@ -184,10 +184,16 @@ def publish_image(kit, label, tmp):
 RETRIES = 3
 
 
-def heartbeat(api, uuid):
-    """The agent's last heartbeat as Ironic recorded it (driver_internal_info)."""
-    n = api.get(f"/v1/nodes/{uuid}?fields=driver_internal_info", timeout=10)
-    return (n.get("driver_internal_info") or {}).get("agent_last_heartbeat")
+def heartbeats(ctx, uuid):
+    """How many heartbeats of the node's agent Ironic's API accepted (202), as the sidecars'
+    access logs show them. The API calls the conductor synchronously (the heartbeat RPC), and
+    the conductor stores the agent's certificate before anything else, whatever the node's
+    state (ironic/conductor/manager.py heartbeat, utils.store_agent_certificate), so an
+    accepted heartbeat means the conductor that owns the node now has it."""
+    path = f"/v1/heartbeat/{uuid}"
+    return sum(1 for c in CPS
+               for r in report.parse(ctx.kit.log(c, "ironic-proxy"))
+               if r.get("path") == path and r.get("status") == "202")
 
 
 def deploy(ctx, label, retry_if=None):
@@ -235,12 +241,12 @@ def deploy(ctx, label, retry_if=None):
             # there (ironic/conductor/utils.py store_agent_certificate: "assuming take over").
             # A deploy sent before it reaches the new conductor is refused by Ironic itself
             # ("Agent CA ... is neither a path nor a boolean": the dead conductor's path).
-            seen = heartbeat(api, uuid)
+            seen = heartbeats(ctx, uuid)
             run.check(f"{label}: deploy failed by Ironic's rule after the fault", True,
-                      f"{e}; {why}; waiting for the agent's next heartbeat, then `active` "
-                      f"again through the proxies (retry {len(retries) + 1})")
+                      f"{e}; {why}; waiting for the agent's next accepted heartbeat, then "
+                      f"`active` again through the proxies (retry {len(retries) + 1})")
             wait_for(f"{label}'s agent to heartbeat again after the failure",
-                     lambda: heartbeat(api, uuid) not in (None, seen), STEP, interval=2)
+                     lambda: heartbeats(ctx, uuid) > seen, STEP, interval=2)
             retries.append(str(e))
     ctx.retries[label] = retries
     n = api.get(f"/v1/nodes/{uuid}?fields=conductor,driver_internal_info")
