@@ -91,12 +91,13 @@ V1_21 = Profile("iPXE 1.21.1", ["AES128-SHA256", "AES256-SHA256", "AES128-SHA", 
                 ["RSA+SHA256", "RSA+SHA1"], None)  # fmt: skip
 
 
-def s_client(address, profile, ca, request, timeout=20):
+def s_client(address, profile, ca, request, timeout=20, verify_ip=None):
     """`openssl s_client` offering what `profile` offers; sends `request`, reads until the
-    server closes. Returns (handshake: dict of -brief's "Key: value" lines, stdout bytes,
-    stderr text)."""
+    server closes. `verify_ip`: also check the certificate names that IP, as iPXE does.
+    Returns (handshake: dict of -brief's "Key: value" lines, stdout bytes, stderr text)."""
     argv = ["openssl", "s_client", "-connect", address, "-brief", "-ign_eof", "-CAfile", ca,
-            "-verify_return_error"] + profile.s_client_args()  # fmt: skip
+            "-verify_return_error"] + (["-verify_ip", verify_ip] if verify_ip else []) + \
+        profile.s_client_args()  # fmt: skip
     p = subprocess.run(argv, input=request.encode(), capture_output=True, timeout=timeout)
     err = p.stderr.decode(errors="replace")
     info = {}

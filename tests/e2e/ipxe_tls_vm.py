@@ -234,10 +234,9 @@ def refusal_clients(run, name, port, log):
     at = f"127.0.0.1:{port}"
     request = f"GET /boot.ipxe HTTP/1.1\r\nHost: {at}\r\nConnection: close\r\n\r\n"
     status, body = ipxe_tls.curl(f"https://{at}/boot.ipxe", ipxe_tls.CURRENT, run.ca)
-    argv = ["openssl", "s_client", "-connect", at, "-brief", "-CAfile", run.ca,
-            "-verify_return_error", "-verify_ip", "127.0.0.1"] + ipxe_tls.CURRENT.s_client_args()
-    p = subprocess.run(argv, input=request.encode(), capture_output=True, timeout=30)
-    err = p.stderr.decode(errors="replace")
+    info, out, err = ipxe_tls.s_client(at, ipxe_tls.CURRENT, run.ca, request, timeout=30,
+                                       verify_ip="127.0.0.1")
+    verified = info.get("Verification") == "OK"
     said = next((l.strip() for l in err.splitlines() if "error" in l.lower()), err[-200:])
     py = python_ssl(port, run.ca)
     served = [e for e in h.proxy_events(log) if e.get("target") == "access"]
@@ -245,9 +244,9 @@ def refusal_clients(run, name, port, log):
           flush=True)
     run.check(f"TLS boot listener with a {name}: curl, openssl and Python's ssl (iPXE's offer, "
               "the run's CA, the dialled IP checked) all refuse it, nothing served",
-              status == 0 and not body and p.returncode != 0 and not p.stdout and py
-              and not served, f"curl {status} {body[:60]!r}; openssl rc {p.returncode} "
-              f"{p.stdout[:60]!r}; python {py!r}; access lines {len(served)}")  # fmt: skip
+              status == 0 and not body and not verified and not out and py
+              and not served, f"curl {status} {body[:60]!r}; openssl verified {verified} "
+              f"{out[:60]!r}; python {py!r}; access lines {len(served)}")  # fmt: skip
 
 
 def boot_clients(run, via, u, url):

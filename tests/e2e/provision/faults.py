@@ -26,18 +26,10 @@ import time
 
 from ironic_proxy_testing.procs import wait_for
 
-from . import services
+from . import hosts, services
 from .kit import API_PORT, VMEDIA_TLS_PORT, wait_listening
 
 CPS = ["cp1", "cp2", "cp3"]
-
-
-def holder_address(name):
-    """The address in a conductor's name: ADDRESS:6189 or [ADDRESS]:6189 as the kit names
-    conductors, ADDRESS as 0.1.0 locked nodes."""
-    if name.startswith("["):
-        return name[1:].split("]", 1)[0]
-    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
 
 
 def cert_count(path):
@@ -144,11 +136,11 @@ class Faults:
                           "caught: not killed")
                 return
             if (target != "active" or state not in ("deploying", "wait call-back")
-                    or not reservation or holder_address(reservation) not in owner_ips):
+                    or not reservation or hosts.conductor_host(reservation) not in owner_ips):
                 continue
             ctx.topo.signal(owner, signal.SIGSTOP)
             held = self._frozen_holder(owner)
-            if held is None or holder_address(held[1]) not in owner_ips:
+            if held is None or hosts.conductor_host(held[1]) not in owner_ips:
                 ctx.topo.signal(owner, signal.SIGCONT)
                 continue
             self.killed_at = (held[0], f"locked by {held[1]}")
@@ -172,7 +164,7 @@ class Faults:
             except Exception:  # noqa: BLE001 - the next poll will do
                 continue
             waited = time.monotonic() - self.kill_time
-            if reservation is None or holder_address(reservation) not in {
+            if reservation is None or hosts.conductor_host(reservation) not in {
                     self.ctx.topo.ip(r) for r in self.dead}:
                 self.released_after = round(waited, 1)
                 self.note(f"kill: the dead owner's lock on host-a released {waited:.1f} s "
@@ -216,7 +208,7 @@ class Faults:
             return None
         dead = {self.ctx.topo.ip(r) for r in self.dead}
         holder = n["reservation"]
-        if holder_address(holder) in dead and time.monotonic() - self.kill_time > 300:
+        if hosts.conductor_host(holder) in dead and time.monotonic() - self.kill_time > 300:
             return (f"host-a still reserved by {holder} (killed "
                     f"{time.monotonic() - self.kill_time:.0f} s ago): Ironic never releases it")
         return None

@@ -54,10 +54,12 @@ def enrol(api, name, host, bmc_url, bmc_auth, boot, uuid, agent_tls=True):
 
 
 def conductor_host(conductor):
-    """The host of a conductor's name as Ironic registers it, `host:port` when the JSON-RPC
-    port is not 8089 (conductor/base_manager.py): an IPv6 address is in brackets there
-    (ironic-image's [DEFAULT]host is IRONIC_URL_HOST), without them here."""
-    return conductor.rsplit(":", 1)[0].strip("[]")
+    """The address in a conductor's name, as Ironic registers it and the kit locks under it
+    (`ADDRESS:6189`, `[ADDRESS]:6189` for IPv6), or as 0.1.0's conductors locked nodes (the
+    bare address)."""
+    if conductor.startswith("["):
+        return conductor[1:].split("]", 1)[0]
+    return conductor.rsplit(":", 1)[0] if conductor.count(":") == 1 else conductor
 
 
 def enrol_owned(api, name, host, bmc_url, bmc_auth, boot, allowed, agent_tls=True):
