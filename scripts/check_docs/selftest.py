@@ -58,6 +58,8 @@ SEEDS = [
      "`doctor` reads what `run` reads in the same container: the file `IRONIC_PROXY_CONFIG` names",
      "`doctor` reads the pod's profile from `IRONIC_PROXY_PROFILE`. Also the file",
      "without IRONIC_PROXY_CONFIG"),
+    ("a section twice", "docs/e2e.md", "## What it does not cover\n",
+     "## What it does not cover\n\n## Run it\n", "#run-it appears twice"),
     ("a kit check row", "docs/troubleshoot.md", "<a id=\"kit-check-vip-ca\"></a>", "",
      "linking #kit-check-vip-ca; no row"),
 ]

@@ -166,6 +166,17 @@ def check_links(all_docs):
                 if anchor not in anchors[dest]:
                     fail(f"{path}:{n}", f"links to {target or path}#{anchor}: no such heading "
                          "or row id")
+        # A section twice (two `## ` headings with one slug): a link can reach only the
+        # first, and the second is most often a pasted copy.
+        seen = set()
+        for level, s in headings(text):
+            if level != 2:
+                continue
+            count("unique sections")
+            base = re.sub(r"-\d+$", "", s)
+            if base != s and base in seen:
+                fail(path, f"the section #{base} appears twice")
+            seen.add(s)
         # A table of contents: the link list before the first `## `.
         head = text.split("\n## ", 1)[0]
         toc = re.findall(r"^- \[[^\]]+\]\(#([^)]+)\)", head, re.M)
