@@ -92,8 +92,7 @@ class Kit:
         self.ca = os.path.join(tmp, "ca")
         shutil.copytree(ca_dir, self.ca)
         # The CA a rotation switches to (docs/operate.md "Rotate the CA"), made beforehand: the
-        # deploy ramdisk carries both certificates, as that procedure has API clients trust
-        # both before the switch.
+        # deploy ramdisk is built with both certificates (scripts/e2e-provision says why).
         self.ca_next = None
         if ca_next_dir:
             self.ca_next = os.path.join(tmp, "ca-next")
