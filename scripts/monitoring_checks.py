@@ -295,7 +295,13 @@ def monitor_checks(root, ok, fail):
                     env = {e["name"]: e.get("value") for e in c.get("env") or []}
                     where = f"{what} -> {path} {d['metadata']['name']}"
                     problems = []
-                    if port not in names or port != "admin":
+                    # A DaemonSet that surges (the balancer) declares no port and names the
+                    # ones it binds in an annotation: there, the admin port is the profile's 9902.
+                    bound = (d["spec"]["template"]["metadata"].get("annotations") or {}).get(
+                        "ironic-proxy.metal3.io/host-ports", "")
+                    named = port == "admin" and port in names
+                    numbered = port == 9902 and "9902/TCP" in bound.split()
+                    if not (named or numbered):
                         problems.append(f"port {port!r} is not the container's admin port")
                     if ep.get("path") != "/metrics":
                         problems.append(f"path {ep.get('path')!r}")

@@ -296,7 +296,7 @@ fn header_path(line: &str) -> Option<&str> {
     Some(rest.trim()).filter(|p| !p.is_empty())
 }
 
-/// `madvise(MADV_DONTNEED)` over one mapping that [`droppable`] chose. One of the crate's four
+/// `madvise(MADV_DONTNEED)` over one mapping that [`droppable`] chose. One of the crate's
 /// unsafe functions (listed at `unsafe_code` in Cargo.toml).
 #[allow(unsafe_code)]
 fn dont_need(r: &Region) -> io::Result<()> {

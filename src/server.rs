@@ -270,7 +270,7 @@ impl Server {
                     Some(reloadable)
                 }
             };
-            let sock = listen::bind(&lc.name, &lc.listen).await?;
+            let sock = listen::bind(&lc.name, &lc.listen, config.limits.handover).await?;
             bound.push((lc.name.clone(), sock.local_addr()));
             listeners.push(Listener::new(
                 lc.clone(),
@@ -299,12 +299,12 @@ impl Server {
             };
             let mut bound_admin = Vec::with_capacity(a.listen.len());
             for addr in &a.listen {
-                let l = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| ServerError::Admin {
+                let l = listen::bind_tcp(*addr, config.limits.handover).map_err(|source| {
+                    ServerError::Admin {
                         addr: *addr,
                         source,
-                    })?;
+                    }
+                })?;
                 admin_addrs.push(l.local_addr().unwrap_or(*addr));
                 bound_admin.push(l);
             }

@@ -109,6 +109,7 @@ fn limits() -> Limits {
         // The server's idle trim is not part of a request's path (and runs no server here).
         idle_trim: Duration::ZERO,
         upstream_connections: 128,
+        handover: false,
     }
 }
 

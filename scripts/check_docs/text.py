@@ -204,6 +204,8 @@ def seconds(v):
 
 def same(doc, eff):
     doc = doc.strip('"')
+    if isinstance(eff, bool):
+        return doc == str(eff).lower()
     if str(eff) == doc:
         return True
     a, b = seconds(doc), seconds(eff)

@@ -132,7 +132,7 @@ fn set_own_priority(nice: i32) -> Result<(), String> {
 }
 
 /// Moves the calling thread to `SCHED_IDLE`, see sched(7). Written with libc because rustix has
-/// no `sched_setscheduler`. One of the crate's four unsafe functions (listed at `unsafe_code` in
+/// no `sched_setscheduler`. One of the crate's unsafe functions (listed at `unsafe_code` in
 /// Cargo.toml).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]

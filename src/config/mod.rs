@@ -103,6 +103,10 @@ pub struct Limits {
     /// Connections open at once to one upstream endpoint, idle or busy; requests beyond wait
     /// for one (0: no bound).
     pub upstream_connections: usize,
+    /// Listen so that a new process can bind the same addresses while this one still serves,
+    /// and take every new connection from then on (`listen::bind`): a restart without a
+    /// refused connection.
+    pub handover: bool,
 }
 
 impl Default for Limits {
@@ -118,6 +122,7 @@ impl Default for Limits {
             drain_timeout: Duration::from_secs(30),
             idle_trim: Duration::from_secs(5),
             upstream_connections: 128,
+            handover: false,
         }
     }
 }
@@ -251,6 +256,7 @@ impl Config {
             upstream_connections: l
                 .upstream_connections
                 .map_or(d.upstream_connections, |v| v as usize),
+            handover: l.handover.unwrap_or(d.handover),
         });
         if limits.max_connections == 0 {
             f.push("limits.max_connections", msg("must be at least 1"));

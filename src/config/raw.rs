@@ -65,6 +65,7 @@ pub(super) struct RawLimits {
     pub drain_timeout: Option<String>,
     pub idle_trim: Option<String>,
     pub upstream_connections: Option<u32>,
+    pub handover: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

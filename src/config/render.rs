@@ -93,7 +93,8 @@ impl Config {
             "[limits]\nmax_connections = {}\nheader_bytes = {}\nrequest_head_timeout = {}\n\
              body_timeout = {}\nidle_timeout = {}\nupstream_timeout = {}\nmax_body_bytes = {}\n\
              drain_timeout = {}\nidle_trim = {}  # 0s: never\n\
-             upstream_connections = {}  # per endpoint; 0: no bound\n",
+             upstream_connections = {}  # per endpoint; 0: no bound\n\
+             handover = {}  # a new process takes the listeners over\n",
             l.max_connections,
             l.header_bytes,
             d(l.request_head_timeout),
@@ -103,7 +104,8 @@ impl Config {
             l.max_body_bytes,
             d(l.drain_timeout),
             d(l.idle_trim),
-            l.upstream_connections
+            l.upstream_connections,
+            l.handover
         );
         let _ = writeln!(o, "{}", self.tls.render());
         for lc in &self.listeners {

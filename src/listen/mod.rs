@@ -10,8 +10,8 @@
 //! before the flip), does so once that request has begun: it is answered (`Connection: close`
 //! on HTTP/1.1, GOAWAY after its first stream on HTTP/2) if it arrives within
 //! `request_head_timeout` from accept, never closed unanswered. Idle connections that have
-//! served a request close at once. [`Listener::drained`] resolves when every connection permit
-//! is back. The server bounds that wait by `limits.drain_timeout`.
+//! served a request close at once. [`Listener::drained`] resolves once the queue is taken and
+//! every connection permit is back. The server bounds that wait by `limits.drain_timeout`.
 
 mod conn;
 mod driver;
@@ -38,7 +38,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::{TcpListener, TcpSocket, UnixListener};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 
@@ -73,14 +73,19 @@ impl Bound {
 }
 
 /// Binds a listener address. A stale unix socket file left by an earlier process is replaced.
-pub(crate) async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenError> {
+/// With `handover`, a TCP address is bound as [`bind_tcp`] binds it.
+pub(crate) async fn bind(
+    name: &str,
+    addr: &ListenAddr,
+    handover: bool,
+) -> Result<Bound, ListenError> {
     let err = |source| ListenError::Bind {
         name: name.to_owned(),
         addr: addr.to_string(),
         source,
     };
     match addr {
-        ListenAddr::Tcp(sa) => TcpListener::bind(sa).await.map(Bound::Tcp).map_err(err),
+        ListenAddr::Tcp(sa) => bind_tcp(*sa, handover).map(Bound::Tcp).map_err(err),
         ListenAddr::Unix(path) => {
             use std::os::unix::fs::FileTypeExt;
             if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
@@ -90,6 +95,73 @@ pub(crate) async fn bind(name: &str, addr: &ListenAddr) -> Result<Bound, ListenE
                 .map(|l| Bound::Unix(l, path.clone()))
                 .map_err(err)
         }
+    }
+}
+
+/// The accept queue's length, as `TcpListener::bind` asks for it.
+const BACKLOG: u32 = 1024;
+
+/// Binds and listens on a TCP address (`SO_REUSEADDR`, as `TcpListener::bind`).
+///
+/// `handover`: a restart without a refused connection. The socket also gets `SO_REUSEPORT`, so
+/// that the next process (same user) can bind the same address while this one still serves, and
+/// a classic BPF program on the address's socket group that sends every new connection to the
+/// group's second socket: the newest, while an old and a new process both listen (the kernel
+/// appends a socket to its group at `listen` and moves the last one into a closed one's place;
+/// an index past the group's end falls back to the kernel's hash, so a lone socket gets all).
+/// From the new process's `listen` on, nothing enters the old one's accept queue, which it
+/// empties and serves as it stops (the module's shutdown), so no connection is reset or refused.
+/// Without it, a second process on the address fails with "address in use".
+pub(crate) fn bind_tcp(sa: SocketAddr, handover: bool) -> std::io::Result<TcpListener> {
+    let socket = if sa.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    if handover {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(sa)?;
+    let listener = socket.listen(BACKLOG)?;
+    if handover {
+        steer_to_newest(&listener)?;
+    }
+    Ok(listener)
+}
+
+/// Attaches the program `return 1` to the listener's `SO_REUSEPORT` group (see [`bind_tcp`]).
+/// One of the crate's unsafe functions (listed at `unsafe_code` in Cargo.toml): neither rustix
+/// nor tokio sets this option.
+#[allow(unsafe_code)]
+fn steer_to_newest(listener: &TcpListener) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut program = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: 1,
+    }];
+    let fprog = libc::sock_fprog {
+        len: 1,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `program`, one valid instruction, and both outlive the call; the
+    // kernel copies the program and keeps no pointer to either; the descriptor is the
+    // listener's, open for the whole call.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            std::ptr::from_ref(&fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -109,6 +181,9 @@ pub(crate) struct Listener {
     parked: Gauge,
     rejected: Counter,
     permits: Arc<Semaphore>,
+    /// Turns true once [`Listener::run`] has taken the accept queue and dropped the socket:
+    /// until then a connection may still be taken and served, so draining waits for it.
+    stopped: watch::Sender<bool>,
     /// Mutual TLS: the client identities parsed so far, shared by connections.
     identities: Identities,
     /// Mutual TLS: what connections re-check their client chain against after a trust change.
@@ -150,16 +225,21 @@ impl Listener {
             parked,
             rejected,
             permits,
+            stopped: watch::Sender::new(false),
             identities: Identities::default(),
             trust,
         }
     }
 
-    /// Resolves when every connection of this listener has closed.
+    /// Resolves when this listener has stopped accepting (its queue taken) and every one of its
+    /// connections has closed.
     pub(crate) fn drained(&self) -> impl Future<Output = ()> + Send + 'static {
         let permits = self.permits.clone();
         let n = u32::try_from(self.limits.max_connections).unwrap_or(u32::MAX);
+        let mut stopped = self.stopped.subscribe();
         async move {
+            // An error: the listener is gone, and with it anything it could still accept.
+            let _ = stopped.wait_for(|s| *s).await;
             let _ = permits.acquire_many(n).await;
         }
     }
@@ -169,6 +249,7 @@ impl Listener {
     /// open ones drain.
     pub(crate) async fn run(mut self, shutdown: watch::Receiver<bool>) {
         let Some(bound) = self.bound.take() else {
+            self.stopped.send_replace(true);
             return;
         };
         let this = Arc::new(self);
@@ -202,6 +283,7 @@ impl Listener {
             let _ = std::fs::remove_file(path);
         }
         tracing::info!(listener = %this.name, queued, "stopped accepting");
+        this.stopped.send_replace(true);
     }
 
     /// Serves an accepted connection in its own task, or closes it at once when the listener

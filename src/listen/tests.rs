@@ -65,7 +65,7 @@ async fn queued_connections_are_answered(listen: ListenAddr, dir: &tempfile::Tem
     };
     let pool = Pool::new(PoolOptions::local("t", addr, 16 * 1024, metrics.clone()));
     let proxy = Arc::new(Proxy::new("t", pool, limits.clone(), metrics.clone()));
-    let bound = bind("t", &cfg.listen).await.expect("bind");
+    let bound = bind("t", &cfg.listen, false).await.expect("bind");
     let at = bound.local_addr();
     // Nothing accepts yet: the kernel completes each connection into the accept queue.
     let mut clients = Vec::new();

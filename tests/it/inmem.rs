@@ -39,6 +39,7 @@ fn limits() -> Limits {
         drain_timeout: Duration::from_secs(1),
         idle_trim: Duration::ZERO,
         upstream_connections: 128,
+        handover: false,
     }
 }
 

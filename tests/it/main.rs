@@ -30,6 +30,7 @@ mod egress;
 mod egress_identity;
 mod egress_strict;
 mod faults_load;
+mod handover;
 mod identity_ca_rotation;
 mod identity_export;
 mod identity_failures;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use yaml_rust2::{Yaml, YamlLoader};
 
-use super::model::{command, env, items, port, text, ImageOverride, Overlay, SITE_CONFIGMAP};
+use super::model::{command, env, items, port, text, ImageOverride, Overlay, Port, SITE_CONFIGMAP};
 
 /// The kustomization files kustomize recognises in a folder.
 const KUSTOMIZATION: &[&str] = &["kustomization.yaml", "kustomization.yml", "Kustomization"];
@@ -300,6 +300,7 @@ fn object(d: &Yaml, o: &mut Overlay) {
         "DaemonSet" | "Deployment" | "StatefulSet" | "Job" => {
             let key = format!("{kind}/{name}");
             workload(&d["spec"]["template"]["spec"], &key, o);
+            undeclared_ports(&d["spec"]["template"]["metadata"], &key, o);
             if let Some(n) = d["spec"]["replicas"].as_i64() {
                 if let (Some(w), Ok(n)) = (o.workloads.get_mut(&key), u32::try_from(n)) {
                     w.replicas = Some(n);
@@ -312,6 +313,36 @@ fn object(d: &Yaml, o: &mut Overlay) {
             o,
         ),
         _ => {}
+    }
+}
+
+/// The pod template annotation naming ports a container binds without declaring them.
+pub(super) const HOST_PORTS_ANNOTATION: &str = "ironic-proxy.metal3.io/host-ports";
+
+/// Ports named by [`HOST_PORTS_ANNOTATION`] (`CONTAINER: PORT/PROTOCOL ...`): a host-network
+/// DaemonSet that surges during a rollout (the balancer's handover) declares none, since
+/// declared ports of a host-network pod are host ports, and the scheduler would keep the new
+/// pod off a node whose old pod holds them.
+fn undeclared_ports(meta: &Yaml, key: &str, o: &mut Overlay) {
+    let Some(value) = meta["annotations"][HOST_PORTS_ANNOTATION].as_str() else {
+        return;
+    };
+    let Some(w) = o.workloads.get_mut(key) else {
+        return;
+    };
+    let Some((container, ports)) = value.split_once(':') else {
+        return;
+    };
+    let c = w.containers.entry(container.trim().to_owned()).or_default();
+    for p in ports.split_whitespace() {
+        let (number, protocol) = p.split_once('/').unwrap_or((p, "TCP"));
+        if let Ok(number) = number.parse() {
+            c.ports.insert(Port {
+                number,
+                protocol: protocol.to_owned(),
+                host: false,
+            });
+        }
     }
 }
 

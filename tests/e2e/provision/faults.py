@@ -10,8 +10,9 @@
   its new owner at the agent's next heartbeat. main.py retries a failed deploy through the
   proxies.
 - **restart**: SIGTERM to the sidecar of the node that owns neither host, then its start (a
-  native sidecar container restarting alone), then the same for the balancer, while an agent
-  heartbeats (a host in `clean wait`).
+  native sidecar container restarting alone); then the balancer rolled as its DaemonSet rolls
+  it (a new process beside the old one, then SIGTERM to the old), as soon as an agent has
+  started and not yet been heard: during its first lookup, the moment a refusal strands a host.
 - **rotate**: the CA by docs/operate.md "Rotate the CA": trust both (the Secret's bundle, and
   the API clients' bundle), wait until every live proxy has reloaded; switch the issuer, wait
   until every live proxy serves a leaf of the new CA; after both hosts are `active`, drop the
@@ -221,25 +222,15 @@ class Faults:
             return None
 
     def _restart_loop(self):
-        """The restart, on a thread of its own: a rotation step blocks for seconds, and a
-        host's `clean wait` can be shorter than that."""
-        held = set()
-        while not self.restarted and not self.stop_evt.wait(1):
-            states = self._states()
-            if not states or "clean wait" not in states.values():
-                continue
-            who = [lb for lb, s in states.items() if s == "clean wait"]
-            # Every agent in the ramdisk past its start (see `heard`).
-            unheard = [lb for lb, s in states.items()
-                       if s in ("clean wait", "cleaning") and not self.heard(lb)]
-            if unheard:
-                if tuple(unheard) not in held:
-                    held.add(tuple(unheard))
-                    self.note(f"restart held: {', '.join(who)} in clean wait; no heartbeat "
-                              f"on the console yet from {', '.join(unheard)}")
-                continue
-            self.restart(f"{', '.join(who)} in clean wait, heartbeating")
-            self.restarted = True
+        """The restart, on a thread of its own (a rotation step blocks for seconds): as soon as
+        an agent has started in the ramdisk and not yet been heard, its first lookup under way.
+        That is the moment a refused connection costs the host (see `first_lookup`), so it is
+        the one chosen."""
+        while not self.restarted and not self.stop_evt.wait(0.5):
+            who = [lb for lb in self.ctx.uuids if self.first_lookup(lb)]
+            if who:
+                self.restart(f"{', '.join(who)}: the agent started, its first lookup under way")
+                self.restarted = True
 
     def _rotate_loop(self):
         while not self.stop_evt.wait(1):
@@ -250,19 +241,20 @@ class Faults:
                 self.rotate_switch()
                 return
 
-    def heard(self, label):
-        """Whether the agent of the host's current boot has heartbeated (IPA's own log on the
-        serial console: `heartbeat successful` after the last kernel start), so it is past
-        its start. There IPA checks once that the API answers (`_find_routable_addr`) and,
-        refused, exits; restarted, it finds its token already handed out and locks itself
-        down (ironic_python_agent/agent.py). A balancer restart in that window stops the host
-        for good, in any cluster; after it, the agent's heartbeats retry through a restart."""
+    def first_lookup(self, label):
+        """Whether the agent of the host's current boot has started (the ramdisk's init prints
+        `starting ironic-python-agent`) and not yet heartbeated (IPA's own `heartbeat
+        successful` on the serial console). In that window IPA checks once that the API
+        answers (`_find_routable_addr`) and, refused, exits; restarted, it finds its token
+        already handed out and locks itself down (ironic_python_agent/agent.py). So the kit's
+        balancer refuses no connection while it restarts (limits.handover)."""
         path = os.path.join(self.ctx.tmp, "vms", f"{label}.console.log")
         try:
             text = open(path, errors="replace").read()
         except OSError:
             return False
-        return "heartbeat successful" in text[text.rfind("Linux version"):]
+        boot = text[text.rfind("Linux version"):]
+        return "starting ironic-python-agent" in boot and "heartbeat successful" not in boot
 
     def restart(self, why):
         ctx = self.ctx
@@ -272,9 +264,13 @@ class Faults:
         ctx.kit.container(role, "ironic-proxy")
         wait_listening(ctx.topo, role, API_PORT, what=f"{role}'s restarted sidecar")
         self.note(f"restart: {role}'s sidecar stopped in {took:.1f} s and listens again")
-        took = ctx.topo.stop("svc", "balancer", timeout=40)
-        services.start_balancer(ctx.topo, ctx.tmp, ctx.kit, ctx.proxy_bin)
-        self.note(f"restart: balancer stopped in {took:.1f} s and listens again")
+        # As its DaemonSet rolls it (maxSurge: 1): the new process first, on the same
+        # addresses (limits.handover), then SIGTERM to the old one once the new one is ready.
+        old = ctx.topo.started("svc", "balancer")
+        services.start_balancer(ctx.topo, ctx.tmp, ctx.kit, ctx.proxy_bin, successor=True)
+        took = ctx.topo.stop("svc", "balancer", timeout=40, proc=old)
+        self.note(f"restart: a new balancer took the VIP over, the old one drained and "
+                  f"stopped in {took:.1f} s")
 
     def live(self):
         return [r for r in CPS if r not in self.dead]

@@ -382,8 +382,9 @@ def main():
                       f"{faults.released_after} s; host-a now {end['provision_state']} on "
                       f"{end['conductor']} (was {cond_a}); deploy retries as "
                       f"baremetal-operator retries: {len(ctx.retries.get('host-a', []))}")
-            run.check("fault: a sidecar and the balancer restarted while heartbeats flowed",
-                      faults.restarted, f"sidecar of {spare}, then the balancer")
+            run.check("fault: a sidecar and the balancer restarted during an agent's first "
+                      "lookup", faults.restarted,
+                      f"sidecar of {spare}, then the balancer by handover (limits.handover)")
             run.check("fault: CA rotated during the run", faults.rotation_step == 3,
                       f"step {faults.rotation_step} of 3")
             for err in faults.errors:

@@ -113,10 +113,12 @@ def balancer_env(topo, tmp, kit):
 HEAD_TIMEOUT = "120s"
 
 
-def start_balancer(topo, tmp, kit, binary):
+def start_balancer(topo, tmp, kit, binary, successor=False):
     """The API's front door on the VIP: the `balancer` profile (its peers from the DNS
     records, TLS to them, Basic auth) as `ironic-proxy check --profile balancer` prints it,
-    with a longer request_head_timeout."""
+    with a longer request_head_timeout. `successor`: another balancer already serves there;
+    this one binds beside it (the profile's limits.handover) and is waited for by its own
+    `ready` in the shared log."""
     env = balancer_env(topo, tmp, kit)
     effective = run(topo.wrap("svc", [binary, "check", "--profile", "balancer"]),
                     "balancer check", env=env).stdout  # fmt: skip
@@ -128,7 +130,18 @@ def start_balancer(topo, tmp, kit, binary):
                                   f'request_head_timeout = "{HEAD_TIMEOUT}"'))
     run(topo.wrap("svc", [binary, "check", "--config", conf]), "balancer check --config",
         env=env)  # fmt: skip
+    if "handover = true" not in effective:
+        raise Failure("balancer profile: no limits.handover")
+    log = os.path.join(tmp, "svc-balancer.log")
     p = topo.start("svc", "balancer", [binary, "--log-format", "json", "run", "--config", conf],
-                   os.path.join(tmp, "svc-balancer.log"), env=env)
-    wait_listening(topo, "svc", API_PORT, what="the balancer")
+                   log, env=env)
+    if successor:
+        def ready():
+            if p.poll() is not None:
+                raise Failure(f"the new balancer exited ({p.returncode}); see {log}")
+            text = open(log, errors="replace").read()
+            return '"ready"' in text[text.rfind("==== "):]
+        wait_for("the new balancer to be ready beside the old one", ready, 60, interval=0.2)
+    else:
+        wait_listening(topo, "svc", API_PORT, what="the balancer")
     return p

@@ -240,11 +240,13 @@ class Topology:
         found = [p for n, p in self.procs[role] if n == name]
         return found[-1] if found else None
 
-    def stop(self, role, name=None, sig=signal.SIGTERM, timeout=20):
-        """Sends sig to the process groups we started in a role (all, or those named `name`),
-        newest first; SIGKILL to any group alive after `timeout` s. Returns the seconds taken."""
+    def stop(self, role, name=None, sig=signal.SIGTERM, timeout=20, proc=None):
+        """Sends sig to the process groups we started in a role (all, or those named `name`,
+        or only `proc`), newest first; SIGKILL to any group alive after `timeout` s. Returns the
+        seconds taken."""
         t0 = time.monotonic()
-        chosen = [(n, p) for n, p in reversed(self.procs[role]) if name in (None, n)]
+        chosen = [(n, p) for n, p in reversed(self.procs[role])
+                  if name in (None, n) and proc in (None, p)]
         for _, p in chosen:
             _signal_group(p, sig)
         deadline = time.monotonic() + timeout
