@@ -226,13 +226,6 @@ def start_sushy(topo, tmp, venv, users_file, ca_file):
     return p
 
 
-def after_last_kernel(text):
-    """What a console printed after the last Linux kernel started on it (the deploy ramdisk's
-    last boot): a boot from disk after the final deploy prints there, an earlier one before."""
-    i = text.rfind("Linux version")
-    return text[i:] if i >= 0 else ""
-
-
 def wait_console(host, marker, timeout, part=lambda text: text):
     """Waits until `marker` appears in `part` of a host's serial console; returns the seconds
     taken."""

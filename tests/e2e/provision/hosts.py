@@ -225,6 +225,9 @@ def deploy(ctx, label, retry_if=None):
     stuck = ctx.stuck.get(label)
     retries = []
     while True:
+        # Where this deploy's console begins: a boot from disk before a retried deploy would
+        # print the same marker earlier (an iPXE boot's kernel prints nothing there to tell).
+        since = len(host.console_text())
         try:
             provision(api, uuid, label, "active", "active", body=body, timeout=DEPLOY,
                       stuck=stuck if not retries else None)
@@ -255,11 +258,10 @@ def deploy(ctx, label, retry_if=None):
     agent = (n.get("driver_internal_info") or {}).get("agent_url", "-")
     run.check(f"deployed {label}: active", True, f"owner {n['conductor']}, image {url} "
               f"({size} B, sha256 {digest[:16]}), agent_url was {agent}")
-    # Only what the console printed after the ramdisk's last boot counts: a boot from disk
-    # before a retried deploy would print the same marker earlier.
-    seconds = bmc.wait_console(host, marker, 600, part=bmc.after_last_kernel)
+    # Only what the console printed since the last deploy began counts.
+    seconds = bmc.wait_console(host, marker, 600, part=lambda text: text[since:])
     run.check(f"{label} boots the deployed image from its disk", True,
-              f"marker {marker!r} on the serial console after the ramdisk's last boot, "
+              f"marker {marker!r} on the serial console after the last deploy began, "
               f"{seconds:.0f} s after active")
     ok, detail = image.disk_matches(host.disk, img)
     run.check(f"{label} disk holds the image", ok, detail)

@@ -221,6 +221,11 @@ class Kit:
                 env_set(c, "VMEDIA_TLS_PORT", str(VMEDIA_TLS_PORT))
                 # Metrics for the per-path counts: the file has no token option.
                 env_set(c, "IRONIC_PROXY_ADMIN_LISTEN", "[::]:9901")
+            if c["name"] == "httpd":
+                # Its inspector.ipxe boots inspection as ironic.conf boots the rest: the
+                # ramdisk's console on the serial port, no LLDP wait (as for `ironic` below).
+                env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
+                env_set(c, "IRONIC_IPA_COLLECT_LLDP", "0")
             if c["name"] == "ironic":
                 # What IPA calls for lookup and heartbeats ([service_catalog]
                 # endpoint_override): the balancer's VIP, verified against the CA in the
@@ -255,6 +260,9 @@ class Kit:
         site["MARIADB_HOST"] = self.topo.ip("svc")
         site["RUST_LOG"] = "info"
         for c in self.ce.containers(self.workload()):
+            if c["name"] == "httpd":
+                env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
+                env_set(c, "IRONIC_IPA_COLLECT_LLDP", "0")
             if c["name"] == "ironic":
                 env_set(c, "IRONIC_KERNEL_PARAMS", "console=ttyS0,115200")
                 env_set(c, "IPA_FORWARD_CONSOLE", "yes")
