@@ -150,6 +150,10 @@ class Faults:
                       f"({ctx.topo.ip(owner)}), its owner")
             self.kill_time = time.monotonic()
             ctx.topo.kill(owner)
+            # The machine is gone, not only its processes: peers and clients now time out on
+            # its addresses instead of being refused.
+            links = ctx.topo.cut(owner)
+            self.note(f"kill: {owner}'s addresses gone ({', '.join(links)} down)")
             self.dead.add(owner)
             self._released(uuid)
             return

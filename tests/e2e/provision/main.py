@@ -57,6 +57,23 @@ class Run:
         print(f"---- {time.monotonic() - self.t0:7.1f} s  {name}", flush=True)
 
 
+def trust_from_boot(run, ctx):
+    """Each boot path brings the agent the kit's CA: on host A's iPXE boots ironic-image's extra
+    initrd, unpacked beside the ramdisk (its init lists /etc/ironic-python-agent.d); on host B's
+    virtual media the files Ironic injects into the ISO, which IPA copies at its start. The
+    run's ramdisk also carries its own CAs (site-ca.conf, for the rotation: scripts/e2e-provision),
+    so this shows the delivery; tests/e2e/ipa_ramdisk_check.py shows a ramdisk without them."""
+    want = {"host-a": "configuration: /etc/ironic-python-agent.d/ironic-tls.conf cafile = "
+                      "/etc/ironic-python-agent/ironic.crt",
+            "host-b": "/etc/ironic-python-agent.d to /etc/ironic-python-agent.d"}
+    for label, line in want.items():
+        host = ctx.hosts.get(label)
+        if host is None:
+            continue
+        found = [l.strip() for l in host.console_text().splitlines() if line in l]
+        run.check(f"{label}: the kit's boot brought the agent its CA", bool(found),
+                  found[0][:200] if found else f"no {line!r} on the serial console")
+
 def ipa_files(path):
     """(kernel, initramfs) of scripts/build-ipa-ramdisk's output directory, or None."""
     if not path:
@@ -368,6 +385,7 @@ def main():
             t.join()
         for label, e in errors.items():
             run.check(f"{label} reached {args.until}", False, f"{type(e).__name__}: {e}")
+        trust_from_boot(run, ctx)
         if faults:
             faults.close()
             if not errors and faults.rotation_step == 2:

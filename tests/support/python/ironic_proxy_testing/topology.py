@@ -274,6 +274,20 @@ class Topology:
         would, nothing shuts down cleanly."""
         return self.stop(role, name, sig=signal.SIGKILL, timeout=10)
 
+    def cut(self, role):
+        """A node's addresses gone from the network, as when the machine loses power: the
+        bridge side of each of its veths goes down, so what peers send to its addresses is
+        never answered (their connections time out; nothing refuses them). Returns the links
+        cut."""
+        prefix = f"{self.tag}-{role}"
+        names = [line.split(":")[1].strip().split("@")[0] for line in
+                 _ip(["-o", "link", "show"], "ip link").stdout.splitlines()]
+        cut = [n for n in names if n == prefix or (n.startswith(prefix) and
+                                                  n[len(prefix):].isdigit())]
+        for n in cut:
+            _ip(["link", "set", n, "down"], f"{n} down")
+        return cut
+
     def __enter__(self):
         self.up()
         return self
