@@ -496,6 +496,7 @@ fn kit_check_passes_a_correct_overlay_on_the_kit() {
         "provisioning.network",
         "host_ports",
         "conductor_name",
+        "ipa.verify",
         "namespace.psa",
         "images.digest",
     ] {
@@ -504,7 +505,7 @@ fn kit_check_passes_a_correct_overlay_on_the_kit() {
             "{check}: {report}"
         );
     }
-    assert!(report.ends_with("14 checks, 0 failed\n"), "{report}");
+    assert!(report.ends_with("15 checks, 0 failed\n"), "{report}");
 }
 
 #[test]
@@ -678,6 +679,7 @@ fn kit_check_knows_the_statefulset_layout() {
         "dhcp.layout",
         "host_ports",
         "conductor_name",
+        "ipa.verify",
         "namespace.psa",
         "images.digest",
     ] {
@@ -696,7 +698,7 @@ fn kit_check_knows_the_statefulset_layout() {
         ),
         "{report}"
     );
-    assert!(report.ends_with("11 checks, 0 failed\n"), "{report}");
+    assert!(report.ends_with("12 checks, 0 failed\n"), "{report}");
 }
 
 #[test]

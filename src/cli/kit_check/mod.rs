@@ -11,6 +11,7 @@
 mod conductor;
 mod dhcp;
 mod facts;
+mod ipa;
 mod json6902;
 mod model;
 mod objects;
@@ -150,6 +151,7 @@ pub fn check(args: &CheckArgs) -> Report {
     lines.extend(dhcp::provisioning(&o.site, &layout));
     lines.push(objects::host_ports(&o));
     lines.push(conductor::conductor_name(&o));
+    lines.push(ipa::ipa_verify(&o));
     lines.push(objects::namespace(&o, &layout));
     lines.push(objects::digests(&o));
     Report { lines }
