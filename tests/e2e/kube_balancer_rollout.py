@@ -37,10 +37,11 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support", "python"))
-from ironic_proxy_testing.procs import Failure, wait_for  # noqa: E402
+from ironic_proxy_testing.procs import Failure, run, wait_for  # noqa: E402
 
 STATE = "/var/lib/ironic-proxy-kube"
 RUN = "/run/ironic-proxy-kube"
@@ -50,10 +51,8 @@ MAX_REQUESTS = 100_000
 
 
 def sh(argv, what, stdin=None):
-    p = subprocess.run(argv, input=stdin, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise Failure(f"{what}: {(p.stderr or p.stdout).strip()[-800:]}")
-    return p.stdout
+    """procs.run for the commands here (a rollout may wait up to its own 180 s)."""
+    return run(argv, what, timeout=300, input=stdin).stdout
 
 
 def kubectl(*args, stdin=None):
@@ -269,8 +268,8 @@ def main():
         return
     if not os.path.exists(os.path.join(STATE, "kubectl")):
         sys.exit("FAIL: no cluster: run scripts/kube-up first")
-    version = sh(["sed", "-n", 's/^version = "\\(.*\\)"/\\1/p',
-                  os.path.join(ROOT, "Cargo.toml")], "version").splitlines()[0]
+    with open(os.path.join(ROOT, "Cargo.toml"), "rb") as f:
+        version = tomllib.load(f)["package"]["version"]
     image = f"localhost/ironic-proxy:{version}"
     passed = 0
     with tempfile.TemporaryDirectory() as tmp:

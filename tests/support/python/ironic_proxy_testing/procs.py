@@ -10,13 +10,14 @@ class Failure(Exception):
     """A step of a harness failed; the message says which and why."""
 
 
-def run(argv, what, timeout=120, env=None, cwd=None):
-    """Runs argv to completion with its output captured; Failure naming `what`, the command and
-    the end of its output when it fails or outlives `timeout` seconds."""
+def run(argv, what, timeout=120, env=None, cwd=None, input=None):
+    """Runs argv to completion with its output captured (`input`: its standard input); Failure
+    naming `what`, the command and the end of its output when it fails or outlives `timeout`
+    seconds."""
     argv = [str(a) for a in argv]
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                           cwd=cwd)  # fmt: skip
+                           cwd=cwd, input=input)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise Failure(f"{what}: timed out after {timeout} s: {' '.join(argv)}") from None
     if p.returncode != 0:
